@@ -1,0 +1,365 @@
+//! The job file: `jobs: [...]`, each job a name plus the fields of one Prometheus `kubernetes_sd_configs`
+//! entry, validated as prometheus/prometheus `discovery/kubernetes/kubernetes.go` `SDConfig.UnmarshalYAML`
+//! does. Client settings (api_server, tls_config, ...) are accepted and ignored: herald has one upstream.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use kube_selectors::{FieldSelector, LabelSelector};
+use serde::Deserialize;
+
+use crate::target::{AttachMetadata, OwnerMetadata, Role};
+
+/// Fields of a Prometheus `kubernetes_sd_configs` entry that configure its own API client
+/// (`api_server`, `kubeconfig_file` and the inlined `config.HTTPClientConfig` of prometheus/common).
+/// Herald reads from its own upstream, so these are accepted and reported as ignored.
+pub const CLIENT_SETTINGS: &[&str] = &[
+    "api_server",
+    "kubeconfig_file",
+    "basic_auth",
+    "authorization",
+    "oauth2",
+    "bearer_token",
+    "bearer_token_file",
+    "tls_config",
+    "proxy_url",
+    "no_proxy",
+    "proxy_from_environment",
+    "proxy_connect_header",
+    "follow_redirects",
+    "enable_http2",
+    "http_headers",
+];
+
+/// The whole job file.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Config {
+    pub jobs: Vec<Job>,
+}
+
+impl Config {
+    /// Every ignored client setting, as `(job name, field name)`.
+    pub fn ignored_fields(&self) -> impl Iterator<Item = (&str, &str)> {
+        self.jobs
+            .iter()
+            .flat_map(|j| j.ignored.iter().map(move |f| (j.name.as_str(), f.as_str())))
+    }
+}
+
+/// One discovery job: what a `kubernetes_sd_configs` entry would discover, under a name.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Job {
+    pub name: String,
+    pub role: Role,
+    pub namespaces: Namespaces,
+    pub selectors: Vec<Selector>,
+    pub attach_metadata: AttachMetadata,
+    /// `attach_metadata.deployment`, `.job` and `.cronjob`.
+    pub owner_metadata: OwnerMetadata,
+    /// Client settings present in the job and ignored, in the order of [`CLIENT_SETTINGS`].
+    pub ignored: Vec<String>,
+}
+
+impl Job {
+    /// The selector for objects of `role` watched by this job, if one is configured.
+    pub fn selector(&self, role: Role) -> Option<&Selector> {
+        self.selectors.iter().find(|s| s.role == role)
+    }
+}
+
+/// `namespaces`: which namespaces to discover in. Empty `names` without `own_namespace` means all.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Namespaces {
+    pub names: Vec<String>,
+    pub own_namespace: bool,
+}
+
+/// One `selectors` entry: label and field selectors for the objects of `role` the job watches.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Selector {
+    pub role: Role,
+    pub label: String,
+    pub field: String,
+    pub label_selector: LabelSelector,
+    pub field_selector: FieldSelector,
+}
+
+/// Why a job file was rejected. Messages name the job and the field at fault.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ConfigError {
+    #[error("invalid job file: {0}")]
+    Yaml(String),
+    #[error("jobs[{index}]: {message}")]
+    Unnamed { index: usize, message: String },
+    #[error("job {job:?} is defined twice")]
+    DuplicateJob { job: String },
+    #[error("job {job:?}: {error}")]
+    Job { job: String, error: Box<JobError> },
+}
+
+/// What is wrong inside one job.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum JobError {
+    #[error("{0}")]
+    Field(String),
+    #[error("unknown field {0:?}")]
+    UnknownField(String),
+    #[error("role is missing (one of: pod, service, endpoints, endpointslice, node, ingress)")]
+    MissingRole,
+    #[error(
+        "role {0:?} is not a role (one of: pod, service, endpoints, endpointslice, node, ingress)"
+    )]
+    UnknownRole(String),
+    #[error("selectors[{index}].role is missing")]
+    SelectorRoleMissing { index: usize },
+    #[error("selectors[{index}].role {role:?} is not a role")]
+    SelectorRoleUnknown { index: usize, role: String },
+    #[error("selectors[{index}].role {role:?} is duplicated")]
+    SelectorRoleDuplicated { index: usize, role: String },
+    #[error(
+        "selectors[{index}].role {role:?} is not watched by role {job_role}, which supports only {allowed} selectors"
+    )]
+    SelectorRoleNotWatched {
+        index: usize,
+        role: String,
+        job_role: &'static str,
+        allowed: String,
+    },
+    #[error("selectors[{index}].label {selector:?}: {error}")]
+    LabelSelector {
+        index: usize,
+        selector: String,
+        error: kube_selectors::Error,
+    },
+    #[error("selectors[{index}].field {selector:?}: {error}")]
+    FieldSelector {
+        index: usize,
+        selector: String,
+        error: kube_selectors::Error,
+    },
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawConfig {
+    #[serde(default)]
+    jobs: Option<Vec<serde_yaml::Value>>,
+}
+
+/// A job's top level. Sections stay raw YAML so each is decoded on its own and its errors can say
+/// which section they come from.
+#[derive(Deserialize)]
+struct RawJob {
+    #[allow(dead_code)] // read beforehand to name the job in errors; listed so it is not "unknown"
+    name: serde_yaml::Value,
+    #[serde(default)]
+    role: serde_yaml::Value,
+    #[serde(default)]
+    namespaces: serde_yaml::Value,
+    #[serde(default)]
+    selectors: Option<Vec<serde_yaml::Value>>,
+    #[serde(default)]
+    attach_metadata: serde_yaml::Value,
+    #[serde(flatten)]
+    rest: BTreeMap<String, serde_yaml::Value>,
+}
+
+/// Decode one section of a job; YAML `null` (or an absent section) gives the default.
+fn section<T: serde::de::DeserializeOwned + Default>(
+    what: &str,
+    value: serde_yaml::Value,
+) -> Result<T, JobError> {
+    if value.is_null() {
+        return Ok(T::default());
+    }
+    serde_yaml::from_value(value).map_err(|e| JobError::Field(format!("{what}: {e}")))
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct RawNamespaces {
+    #[serde(default)]
+    names: Option<Vec<String>>,
+    #[serde(default)]
+    own_namespace: bool,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct RawSelector {
+    #[serde(default)]
+    role: Option<String>,
+    #[serde(default)]
+    label: Option<String>,
+    #[serde(default)]
+    field: Option<String>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct RawAttachMetadata {
+    #[serde(default)]
+    node: bool,
+    #[serde(default)]
+    namespace: bool,
+    #[serde(default)]
+    deployment: bool,
+    #[serde(default)]
+    job: bool,
+    #[serde(default)]
+    cronjob: bool,
+}
+
+/// Parse and validate a job file.
+pub fn parse_config(yaml: &str) -> Result<Config, ConfigError> {
+    let raw: RawConfig =
+        serde_yaml::from_str(yaml).map_err(|e| ConfigError::Yaml(e.to_string()))?;
+    let mut jobs = Vec::new();
+    let mut names = BTreeSet::new();
+    for (index, value) in raw.jobs.unwrap_or_default().into_iter().enumerate() {
+        let name = job_name(index, &value)?;
+        if !names.insert(name.clone()) {
+            return Err(ConfigError::DuplicateJob { job: name });
+        }
+        let job = parse_job(name.clone(), value).map_err(|error| ConfigError::Job {
+            job: name,
+            error: Box::new(error),
+        })?;
+        jobs.push(job);
+    }
+    Ok(Config { jobs })
+}
+
+fn job_name(index: usize, value: &serde_yaml::Value) -> Result<String, ConfigError> {
+    let unnamed = |message: &str| ConfigError::Unnamed {
+        index,
+        message: message.to_owned(),
+    };
+    let map = value
+        .as_mapping()
+        .ok_or_else(|| unnamed("a job must be a mapping"))?;
+    match map.get("name") {
+        None | Some(serde_yaml::Value::Null) => Err(unnamed("name is missing")),
+        Some(serde_yaml::Value::String(s)) if s.is_empty() => Err(unnamed("name is empty")),
+        Some(serde_yaml::Value::String(s)) => Ok(s.clone()),
+        Some(_) => Err(unnamed("name must be a string")),
+    }
+}
+
+fn parse_job(name: String, value: serde_yaml::Value) -> Result<Job, JobError> {
+    let raw: RawJob = serde_yaml::from_value(value).map_err(|e| JobError::Field(e.to_string()))?;
+
+    let mut ignored = Vec::new();
+    for key in raw.rest.keys() {
+        if !CLIENT_SETTINGS.contains(&key.as_str()) {
+            return Err(JobError::UnknownField(key.clone()));
+        }
+    }
+    for setting in CLIENT_SETTINGS {
+        if raw.rest.contains_key(*setting) {
+            ignored.push((*setting).to_owned());
+        }
+    }
+
+    let role: Option<String> = section("role", raw.role)?;
+    let role = match role.as_deref() {
+        None | Some("") => return Err(JobError::MissingRole),
+        Some(r) => Role::parse(r).ok_or_else(|| JobError::UnknownRole(r.to_owned()))?,
+    };
+    let namespaces: RawNamespaces = section("namespaces", raw.namespaces)?;
+    let attach: RawAttachMetadata = section("attach_metadata", raw.attach_metadata)?;
+    let mut selectors: Vec<Selector> = Vec::new();
+    for (index, value) in raw.selectors.unwrap_or_default().into_iter().enumerate() {
+        let raw_selector: RawSelector = section(&format!("selectors[{index}]"), value)?;
+        let selector = parse_selector(role, index, raw_selector, &selectors)?;
+        selectors.push(selector);
+    }
+
+    Ok(Job {
+        name,
+        role,
+        namespaces: Namespaces {
+            names: namespaces.names.unwrap_or_default(),
+            own_namespace: namespaces.own_namespace,
+        },
+        selectors,
+        attach_metadata: AttachMetadata {
+            node: attach.node,
+            namespace: attach.namespace,
+        },
+        owner_metadata: OwnerMetadata {
+            deployment: attach.deployment,
+            job: attach.job,
+            cronjob: attach.cronjob,
+        },
+        ignored,
+    })
+}
+
+/// The selector roles each job role watches (`allowedSelectors` in kubernetes.go): a pod job also
+/// watches nodes, the endpoints roles also watch pods and services.
+pub fn allowed_selector_roles(role: Role) -> &'static [Role] {
+    match role {
+        Role::Pod => &[Role::Pod, Role::Node],
+        Role::Service => &[Role::Service],
+        Role::EndpointSlice => &[Role::Pod, Role::Service, Role::EndpointSlice],
+        Role::Endpoints => &[Role::Pod, Role::Service, Role::Endpoints],
+        Role::Node => &[Role::Node],
+        Role::Ingress => &[Role::Ingress],
+    }
+}
+
+fn parse_selector(
+    job_role: Role,
+    index: usize,
+    raw: RawSelector,
+    earlier: &[Selector],
+) -> Result<Selector, JobError> {
+    let role = match raw.role.as_deref() {
+        None | Some("") => return Err(JobError::SelectorRoleMissing { index }),
+        Some(r) => Role::parse(r).ok_or_else(|| JobError::SelectorRoleUnknown {
+            index,
+            role: r.to_owned(),
+        })?,
+    };
+    if earlier.iter().any(|s| s.role == role) {
+        return Err(JobError::SelectorRoleDuplicated {
+            index,
+            role: role.as_str().to_owned(),
+        });
+    }
+    let allowed = allowed_selector_roles(job_role);
+    if !allowed.contains(&role) {
+        return Err(JobError::SelectorRoleNotWatched {
+            index,
+            role: role.as_str().to_owned(),
+            job_role: job_role.as_str(),
+            allowed: allowed
+                .iter()
+                .map(|r| r.as_str())
+                .collect::<Vec<_>>()
+                .join(", "),
+        });
+    }
+    let field = raw.field.unwrap_or_default();
+    let field_selector = FieldSelector::parse(&field).map_err(|error| JobError::FieldSelector {
+        index,
+        selector: field.clone(),
+        error,
+    })?;
+    let label = raw.label.unwrap_or_default();
+    let label_selector = LabelSelector::parse(&label).map_err(|error| JobError::LabelSelector {
+        index,
+        selector: label.clone(),
+        error,
+    })?;
+    Ok(Selector {
+        role,
+        label,
+        field,
+        label_selector,
+        field_selector,
+    })
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,383 @@
+//! Job file parsing and the validation rules of prometheus/prometheus `discovery/kubernetes/kubernetes.go`
+//! `SDConfig.UnmarshalYAML`.
+
+use super::*;
+
+fn err(yaml: &str) -> String {
+    parse_config(yaml)
+        .expect_err("config must be rejected")
+        .to_string()
+}
+
+#[test]
+fn a_full_job_parses_into_its_model() {
+    let cfg = parse_config(
+        r#"
+jobs:
+  - name: pods
+    role: pod
+    namespaces:
+      names: [a, b]
+      own_namespace: true
+    selectors:
+      - role: pod
+        label: "app=web,tier!=db"
+        field: "spec.nodeName=n1"
+      - role: node
+        label: "node-type in (worker)"
+    attach_metadata:
+      node: true
+      namespace: true
+      deployment: true
+  - name: slices
+    role: endpointslice
+"#,
+    )
+    .expect("valid");
+    assert_eq!(cfg.jobs.len(), 2);
+    let pods = &cfg.jobs[0];
+    assert_eq!(pods.name, "pods");
+    assert_eq!(pods.role, Role::Pod);
+    assert_eq!(
+        pods.namespaces,
+        Namespaces {
+            names: vec!["a".into(), "b".into()],
+            own_namespace: true
+        }
+    );
+    assert_eq!(pods.selectors.len(), 2);
+    let pod_sel = pods.selector(Role::Pod).expect("pod selector");
+    assert_eq!(pod_sel.label, "app=web,tier!=db");
+    assert_eq!(pod_sel.field, "spec.nodeName=n1");
+    assert_eq!(
+        pod_sel.label_selector,
+        LabelSelector::parse("app=web,tier!=db").expect("parses")
+    );
+    assert_eq!(pods.selector(Role::Node).expect("node").field, "");
+    assert!(pods.selector(Role::Service).is_none());
+    assert_eq!(
+        pods.attach_metadata,
+        AttachMetadata {
+            node: true,
+            namespace: true
+        }
+    );
+    assert_eq!(
+        pods.owner_metadata,
+        OwnerMetadata {
+            deployment: true,
+            job: false,
+            cronjob: false
+        }
+    );
+    let slices = &cfg.jobs[1];
+    assert_eq!(slices.role, Role::EndpointSlice);
+    assert_eq!(slices.namespaces, Namespaces::default());
+    assert!(slices.selectors.is_empty());
+    assert_eq!(slices.attach_metadata, AttachMetadata::default());
+    assert!(slices.ignored.is_empty());
+}
+
+#[test]
+fn client_settings_are_accepted_and_reported_as_ignored() {
+    let cfg = parse_config(
+        r#"
+jobs:
+  - name: nodes
+    role: node
+    api_server: https://10.0.0.1:6443
+    tls_config:
+      insecure_skip_verify: true
+    bearer_token_file: /var/run/token
+    follow_redirects: false
+    enable_http2: true
+    proxy_url: http://proxy:3128
+"#,
+    )
+    .expect("valid");
+    assert_eq!(
+        cfg.jobs[0].ignored,
+        vec![
+            "api_server",
+            "bearer_token_file",
+            "tls_config",
+            "proxy_url",
+            "follow_redirects",
+            "enable_http2"
+        ]
+    );
+    let all: Vec<_> = cfg.ignored_fields().collect();
+    assert_eq!(all[0], ("nodes", "api_server"));
+    assert_eq!(all.len(), 6);
+}
+
+#[test]
+fn every_role_name_parses() {
+    for role in Role::ALL {
+        let cfg = parse_config(&format!(
+            "jobs:\n  - name: j\n    role: {}\n",
+            role.as_str()
+        ))
+        .expect("valid");
+        assert_eq!(cfg.jobs[0].role, role);
+    }
+}
+
+#[test]
+fn an_empty_file_or_job_list_has_no_jobs() {
+    assert!(parse_config("jobs: []").expect("valid").jobs.is_empty());
+    assert!(parse_config("{}").expect("valid").jobs.is_empty());
+}
+
+#[test]
+fn unknown_fields_are_errors_that_name_the_job_and_field() {
+    let e = err("jobs:\n  - name: pods\n    role: pod\n    colour: blue\n");
+    assert_eq!(e, r#"job "pods": unknown field "colour""#);
+    let e = err("jobs:\n  - name: pods\n    role: pod\n    attach_metadata: {nod: true}\n");
+    assert!(
+        e.starts_with(r#"job "pods": attach_metadata: unknown field `nod`"#),
+        "{e}"
+    );
+    let e = err("jobs: []\nextra: 1\n");
+    assert!(e.contains("extra"), "{e}");
+}
+
+#[test]
+fn the_role_is_required_and_must_be_a_role() {
+    assert_eq!(
+        err("jobs:\n  - name: pods\n"),
+        r#"job "pods": role is missing (one of: pod, service, endpoints, endpointslice, node, ingress)"#
+    );
+    assert_eq!(
+        err("jobs:\n  - name: pods\n    role: pods\n"),
+        r#"job "pods": role "pods" is not a role (one of: pod, service, endpoints, endpointslice, node, ingress)"#
+    );
+}
+
+#[test]
+fn a_selector_role_must_be_a_role() {
+    assert_eq!(
+        err("jobs:\n  - name: pods\n    role: pod\n    selectors:\n      - role: foo\n"),
+        r#"job "pods": selectors[0].role "foo" is not a role"#
+    );
+    assert_eq!(
+        err("jobs:\n  - name: pods\n    role: pod\n    selectors:\n      - label: a=b\n"),
+        r#"job "pods": selectors[0].role is missing"#
+    );
+}
+
+#[test]
+fn a_selector_role_must_be_one_the_job_role_watches() {
+    assert_eq!(
+        err("jobs:\n  - name: pods\n    role: pod\n    selectors:\n      - role: service\n"),
+        r#"job "pods": selectors[0].role "service" is not watched by role pod, which supports only pod, node selectors"#
+    );
+    let e = err("jobs:\n  - name: eps\n    role: endpoints\n    selectors:\n      - role: node\n");
+    assert!(e.contains("supports only pod, service, endpoints"), "{e}");
+    let e = err(
+        "jobs:\n  - name: s\n    role: endpointslice\n    selectors:\n      - role: endpoints\n",
+    );
+    assert!(
+        e.contains("supports only pod, service, endpointslice"),
+        "{e}"
+    );
+    for (role, sel) in [
+        ("service", "service"),
+        ("node", "node"),
+        ("ingress", "ingress"),
+        ("endpoints", "pod"),
+        ("endpointslice", "service"),
+    ] {
+        parse_config(&format!(
+            "jobs:\n  - name: j\n    role: {role}\n    selectors:\n      - role: {sel}\n"
+        ))
+        .expect("allowed selector");
+    }
+    assert!(
+        err("jobs:\n  - name: n\n    role: node\n    selectors:\n      - role: pod\n")
+            .contains("only node")
+    );
+    assert!(
+        err("jobs:\n  - name: i\n    role: ingress\n    selectors:\n      - role: service\n")
+            .contains("only ingress")
+    );
+    assert!(
+        err("jobs:\n  - name: s\n    role: service\n    selectors:\n      - role: pod\n")
+            .contains("only service")
+    );
+}
+
+#[test]
+fn a_selector_role_may_appear_once() {
+    assert_eq!(
+        err(
+            "jobs:\n  - name: pods\n    role: pod\n    selectors:\n      - role: pod\n      - role: pod\n"
+        ),
+        r#"job "pods": selectors[1].role "pod" is duplicated"#
+    );
+}
+
+#[test]
+fn selector_syntax_is_validated_with_the_field_named() {
+    let e = err(
+        "jobs:\n  - name: pods\n    role: pod\n    selectors:\n      - role: pod\n        label: \"app in (\"\n",
+    );
+    assert!(
+        e.starts_with(r#"job "pods": selectors[0].label "app in (": "#),
+        "{e}"
+    );
+    let e = err(
+        "jobs:\n  - name: pods\n    role: pod\n    selectors:\n      - role: pod\n        field: \"nonsense\"\n",
+    );
+    assert!(
+        e.starts_with(r#"job "pods": selectors[0].field "nonsense": "#),
+        "{e}"
+    );
+}
+
+#[test]
+fn job_names_are_required_and_unique() {
+    assert_eq!(err("jobs:\n  - role: pod\n"), "jobs[0]: name is missing");
+    assert_eq!(
+        err("jobs:\n  - name: \"\"\n    role: pod\n"),
+        "jobs[0]: name is empty"
+    );
+    assert_eq!(
+        err("jobs:\n  - name: [x]\n    role: pod\n"),
+        "jobs[0]: name must be a string"
+    );
+    assert_eq!(err("jobs:\n  - pod\n"), "jobs[0]: a job must be a mapping");
+    assert_eq!(
+        err("jobs:\n  - name: a\n    role: pod\n  - name: a\n    role: node\n"),
+        r#"job "a" is defined twice"#
+    );
+}
+
+#[test]
+fn section_type_errors_name_the_section() {
+    let e = err(
+        "jobs:\n  - name: j\n    role: pod\n    selectors:\n      - role: pod\n        labels: x\n",
+    );
+    assert!(
+        e.starts_with(r#"job "j": selectors[0]: unknown field `labels`"#),
+        "{e}"
+    );
+    let e = err("jobs:\n  - name: j\n    role: [pod]\n");
+    assert!(e.starts_with(r#"job "j": role: "#), "{e}");
+    let e = err("jobs:\n  - name: j\n    role: pod\n    attach_metadata:\n      node: maybe\n");
+    assert!(e.starts_with(r#"job "j": attach_metadata: "#), "{e}");
+}
+
+#[test]
+fn null_sections_read_as_defaults() {
+    let cfg = parse_config("jobs:\n  - name: j\n    role: pod\n    namespaces:\n    attach_metadata:\n    selectors:\n")
+        .expect("valid");
+    assert_eq!(cfg.jobs[0].namespaces, Namespaces::default());
+    assert!(cfg.jobs[0].selectors.is_empty());
+}
+
+#[test]
+fn malformed_yaml_is_reported() {
+    assert!(err("jobs: [").starts_with("invalid job file: "));
+}
+
+#[test]
+fn allowed_selector_roles_match_prometheus() {
+    assert_eq!(allowed_selector_roles(Role::Pod), &[Role::Pod, Role::Node]);
+    assert_eq!(
+        allowed_selector_roles(Role::Endpoints),
+        &[Role::Pod, Role::Service, Role::Endpoints]
+    );
+}
+
+/// One job in the shape of a prometheus/prometheus `config/testdata/kubernetes_*.yml` entry.
+fn job(role: &str, selectors: &[(&str, &str, &str)]) -> String {
+    let mut y = format!("jobs:\n  - name: prometheus\n    role: {role}\n    selectors:\n");
+    for (r, label, field) in selectors {
+        y.push_str(&format!(
+            "      - role: \"{r}\"\n        label: \"{label}\"\n        field: \"{field}\"\n"
+        ));
+    }
+    y
+}
+
+#[test]
+fn prometheus_config_testdata_verdicts_are_reproduced() {
+    const RUNNING: &str = "metadata.status=Running";
+    // config/testdata/kubernetes_selectors_*.good.yml
+    for (role, sels) in [
+        (
+            "endpoints",
+            vec![
+                ("pod", "foo=bar", RUNNING),
+                ("service", "foo=bar", RUNNING),
+                ("endpoints", "foo=bar", RUNNING),
+            ],
+        ),
+        ("node", vec![("node", "foo=bar", RUNNING)]),
+        ("ingress", vec![("ingress", "foo=bar", RUNNING)]),
+        ("pod", vec![("pod", "foo=bar", RUNNING)]),
+        ("pod", vec![("pod", "foo in (bar,baz)", RUNNING)]),
+        ("pod", vec![("node", "foo=bar", RUNNING)]),
+        ("service", vec![("service", "foo=bar", RUNNING)]),
+    ] {
+        parse_config(&job(role, &sels)).unwrap_or_else(|e| panic!("{role} {sels:?}: {e}"));
+    }
+    // config/testdata/kubernetes_selectors_*.bad.yml with the substring config_test.go expects.
+    for (role, sels, want) in [
+        (
+            "endpoints",
+            vec![
+                ("node", "foo=bar", RUNNING),
+                ("service", "foo=bar", RUNNING),
+            ],
+            "endpoints, which supports only pod, service, endpoints selectors",
+        ),
+        (
+            "ingress",
+            vec![("node", "foo=bar", RUNNING)],
+            "ingress, which supports only ingress selectors",
+        ),
+        (
+            "node",
+            vec![("pod", "foo=bar", RUNNING)],
+            "node, which supports only node selectors",
+        ),
+        (
+            "pod",
+            vec![
+                ("node", "foo=bar", RUNNING),
+                ("service", "baz=que", RUNNING),
+            ],
+            "pod, which supports only pod, node selectors",
+        ),
+        (
+            "service",
+            vec![("pod", "foo=bar", RUNNING)],
+            "service, which supports only service selectors",
+        ),
+        (
+            "endpoints",
+            vec![("pod", "foo=bar", RUNNING), ("pod", "foo=bar", RUNNING)],
+            r#"selectors[1].role "pod" is duplicated"#,
+        ),
+        (
+            "endpoints",
+            vec![("pod", "", "metadata.status-Running")],
+            r#"selectors[0].field "metadata.status-Running""#,
+        ),
+    ] {
+        let e = err(&job(role, &sels));
+        assert!(e.contains(want), "{role} {sels:?}: {e}");
+    }
+    // kubernetes_role.bad.yml and kubernetes_namespace_discovery.bad.yml.
+    assert!(
+        err("jobs:\n  - name: j\n    api_server: kubernetes:443\n    role: vacation\n")
+            .contains("role \"vacation\"")
+    );
+    let e = err("jobs:\n  - name: j\n    role: endpoints\n    namespaces:\n      foo: bar\n");
+    assert!(
+        e.starts_with(r#"job "j": namespaces: unknown field `foo`"#),
+        "{e}"
+    );
+}

@@ -1,0 +1,110 @@
+//! What discovery produces: Prometheus target groups, and the lookups a role needs to build them.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::apps::v1::ReplicaSet;
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::{Namespace, Node, Pod, Service};
+
+/// A set of labels. Sorted, so encodings and hashes are stable.
+pub type LabelSet = BTreeMap<String, String>;
+
+/// One target group, as Prometheus's `targetgroup.Group`: per-target labels (each with `__address__`),
+/// plus labels common to the group. `source` is the group's key (e.g. `pod/ns/name`), as in Prometheus.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct TargetGroup {
+    pub source: String,
+    pub targets: Vec<LabelSet>,
+    pub labels: LabelSet,
+}
+
+/// The `role` of a `kubernetes_sd_configs` entry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Role {
+    Node,
+    Service,
+    Pod,
+    Endpoints,
+    EndpointSlice,
+    Ingress,
+}
+
+impl Role {
+    pub const ALL: [Role; 6] = [
+        Role::Node,
+        Role::Service,
+        Role::Pod,
+        Role::Endpoints,
+        Role::EndpointSlice,
+        Role::Ingress,
+    ];
+
+    /// The name used in configs (`role: endpointslice`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Role::Node => "node",
+            Role::Service => "service",
+            Role::Pod => "pod",
+            Role::Endpoints => "endpoints",
+            Role::EndpointSlice => "endpointslice",
+            Role::Ingress => "ingress",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Role> {
+        Role::ALL.into_iter().find(|r| r.as_str() == s)
+    }
+}
+
+/// `attach_metadata` of a `kubernetes_sd_configs` entry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Hash)]
+pub struct AttachMetadata {
+    pub node: bool,
+    pub namespace: bool,
+}
+
+/// Read access to the other objects a role consults while building an object's targets
+/// (the endpoints roles read Pods, Services and Nodes; attach_metadata reads Nodes and Namespaces).
+pub trait Lookup {
+    fn pod(&self, namespace: &str, name: &str) -> Option<&Pod>;
+    fn service(&self, namespace: &str, name: &str) -> Option<&Service>;
+    fn node(&self, name: &str) -> Option<&Node>;
+    fn namespace(&self, name: &str) -> Option<&Namespace>;
+    /// The ReplicaSet owning a pod, read only with `OwnerMetadata::deployment`. Defaults to none so
+    /// lookups that do not watch ReplicaSets need not implement it.
+    fn replica_set(&self, _namespace: &str, _name: &str) -> Option<&ReplicaSet> {
+        None
+    }
+    /// The Job owning a pod, read only with `OwnerMetadata::cronjob`. Defaults to none.
+    fn job(&self, _namespace: &str, _name: &str) -> Option<&Job> {
+        None
+    }
+}
+
+/// The pod-owner part of `attach_metadata` (`deployment`, `job`, `cronjob`), kept apart from
+/// `AttachMetadata` so that type stays as it is. Prometheus (discovery/kubernetes/pod.go `podLabels`)
+/// adds `__meta_kubernetes_pod_deployment_name`, `_job_name` and `_cronjob_name` with these.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Hash)]
+pub struct OwnerMetadata {
+    pub deployment: bool,
+    pub job: bool,
+    pub cronjob: bool,
+}
+
+/// A `Lookup` that finds nothing, for roles and tests that need none.
+pub struct NoLookup;
+
+impl Lookup for NoLookup {
+    fn pod(&self, _: &str, _: &str) -> Option<&Pod> {
+        None
+    }
+    fn service(&self, _: &str, _: &str) -> Option<&Service> {
+        None
+    }
+    fn node(&self, _: &str) -> Option<&Node> {
+        None
+    }
+    fn namespace(&self, _: &str) -> Option<&Namespace> {
+        None
+    }
+}

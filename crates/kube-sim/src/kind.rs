@@ -1,0 +1,230 @@
+//! The kinds kube-sim serves: their API coordinates, and a typed object enum that the generator,
+//! controllers and churn use to describe writes to the store.
+
+use k8s_openapi::api::core::v1::{ConfigMap, Endpoints, Namespace, Node, Pod, Service};
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+use k8s_openapi::api::networking::v1::Ingress;
+use serde::Serialize;
+
+/// Every kind kube-sim stores. The order is the order `/sim/dump` lists them in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+pub enum Kind {
+    Namespace,
+    Node,
+    ConfigMap,
+    Service,
+    Pod,
+    Endpoints,
+    EndpointSlice,
+    Ingress,
+    ServiceMonitor,
+    PodMonitor,
+    Prometheus,
+}
+
+impl Kind {
+    pub const ALL: [Kind; 11] = [
+        Kind::Namespace,
+        Kind::Node,
+        Kind::ConfigMap,
+        Kind::Service,
+        Kind::Pod,
+        Kind::Endpoints,
+        Kind::EndpointSlice,
+        Kind::Ingress,
+        Kind::ServiceMonitor,
+        Kind::PodMonitor,
+        Kind::Prometheus,
+    ];
+
+    /// API group ("" for core).
+    pub fn group(self) -> &'static str {
+        match self {
+            Kind::EndpointSlice => "discovery.k8s.io",
+            Kind::Ingress => "networking.k8s.io",
+            Kind::ServiceMonitor | Kind::PodMonitor | Kind::Prometheus => "monitoring.coreos.com",
+            _ => "",
+        }
+    }
+
+    pub fn version(self) -> &'static str {
+        "v1"
+    }
+
+    /// `apiVersion` as written in objects: `v1` or `group/v1`.
+    pub fn api_version(self) -> &'static str {
+        match self {
+            Kind::EndpointSlice => "discovery.k8s.io/v1",
+            Kind::Ingress => "networking.k8s.io/v1",
+            Kind::ServiceMonitor | Kind::PodMonitor | Kind::Prometheus => {
+                "monitoring.coreos.com/v1"
+            }
+            _ => "v1",
+        }
+    }
+
+    /// The `kind` field.
+    pub fn name(self) -> &'static str {
+        match self {
+            Kind::Namespace => "Namespace",
+            Kind::Node => "Node",
+            Kind::ConfigMap => "ConfigMap",
+            Kind::Service => "Service",
+            Kind::Pod => "Pod",
+            Kind::Endpoints => "Endpoints",
+            Kind::EndpointSlice => "EndpointSlice",
+            Kind::Ingress => "Ingress",
+            Kind::ServiceMonitor => "ServiceMonitor",
+            Kind::PodMonitor => "PodMonitor",
+            Kind::Prometheus => "Prometheus",
+        }
+    }
+
+    /// The plural resource name used in URLs and in the meter's `resource` label.
+    pub fn plural(self) -> &'static str {
+        match self {
+            Kind::Namespace => "namespaces",
+            Kind::Node => "nodes",
+            Kind::ConfigMap => "configmaps",
+            Kind::Service => "services",
+            Kind::Pod => "pods",
+            Kind::Endpoints => "endpoints",
+            Kind::EndpointSlice => "endpointslices",
+            Kind::Ingress => "ingresses",
+            Kind::ServiceMonitor => "servicemonitors",
+            Kind::PodMonitor => "podmonitors",
+            Kind::Prometheus => "prometheuses",
+        }
+    }
+
+    pub fn singular(self) -> &'static str {
+        match self {
+            Kind::Endpoints => "endpoints",
+            Kind::Prometheus => "prometheus",
+            k => {
+                let p = k.plural();
+                // every other plural here is the singular plus "s" or "es"
+                if p.ends_with("sses") {
+                    &p[..p.len() - 2]
+                } else {
+                    &p[..p.len() - 1]
+                }
+            }
+        }
+    }
+
+    pub fn namespaced(self) -> bool {
+        !matches!(self, Kind::Namespace | Kind::Node)
+    }
+
+    /// kubectl short names, as the real apiserver advertises them in discovery.
+    pub fn short_names(self) -> &'static [&'static str] {
+        match self {
+            Kind::Namespace => &["ns"],
+            Kind::Node => &["no"],
+            Kind::ConfigMap => &["cm"],
+            Kind::Service => &["svc"],
+            Kind::Pod => &["po"],
+            Kind::Endpoints => &["ep"],
+            Kind::Ingress => &["ing"],
+            Kind::ServiceMonitor => &["smon"],
+            Kind::PodMonitor => &["pmon"],
+            Kind::Prometheus => &["prom"],
+            Kind::EndpointSlice => &[],
+        }
+    }
+
+    pub fn from_plural(plural: &str) -> Option<Kind> {
+        Kind::ALL.into_iter().find(|k| k.plural() == plural)
+    }
+
+    pub fn from_group_plural(group: &str, plural: &str) -> Option<Kind> {
+        Kind::from_plural(plural).filter(|k| k.group() == group)
+    }
+}
+
+/// A typed object to write into the store. Custom resources are kept as JSON.
+// NB: Pod is by far the largest variant; objects are built once and moved into the store, so boxing
+// them would only add indirection to every generator and controller.
+#[allow(clippy::large_enum_variant)]
+#[derive(Debug, Clone, PartialEq)]
+pub enum Object {
+    Namespace(Namespace),
+    Node(Node),
+    ConfigMap(ConfigMap),
+    Service(Service),
+    Pod(Pod),
+    Endpoints(Endpoints),
+    EndpointSlice(EndpointSlice),
+    Ingress(Ingress),
+    /// ServiceMonitor, PodMonitor or Prometheus, as a full JSON object (apiVersion, kind, metadata, spec).
+    Custom(Kind, serde_json::Value),
+}
+
+impl Object {
+    pub fn kind(&self) -> Kind {
+        match self {
+            Object::Namespace(_) => Kind::Namespace,
+            Object::Node(_) => Kind::Node,
+            Object::ConfigMap(_) => Kind::ConfigMap,
+            Object::Service(_) => Kind::Service,
+            Object::Pod(_) => Kind::Pod,
+            Object::Endpoints(_) => Kind::Endpoints,
+            Object::EndpointSlice(_) => Kind::EndpointSlice,
+            Object::Ingress(_) => Kind::Ingress,
+            Object::Custom(k, _) => *k,
+        }
+    }
+
+    /// The object as JSON with `apiVersion` and `kind` set.
+    pub fn to_json(&self) -> serde_json::Value {
+        fn typed<T: Serialize>(kind: Kind, obj: &T) -> serde_json::Value {
+            let mut v = serde_json::to_value(obj).expect("k8s-openapi types always serialize");
+            if let Some(m) = v.as_object_mut() {
+                m.insert("apiVersion".into(), kind.api_version().into());
+                m.insert("kind".into(), kind.name().into());
+            }
+            v
+        }
+        let k = self.kind();
+        match self {
+            Object::Namespace(o) => typed(k, o),
+            Object::Node(o) => typed(k, o),
+            Object::ConfigMap(o) => typed(k, o),
+            Object::Service(o) => typed(k, o),
+            Object::Pod(o) => typed(k, o),
+            Object::Endpoints(o) => typed(k, o),
+            Object::EndpointSlice(o) => typed(k, o),
+            Object::Ingress(o) => typed(k, o),
+            Object::Custom(_, v) => v.clone(),
+        }
+    }
+}
+
+/// One change the generator, a controller or churn asks the store to make. `Put` creates or replaces
+/// (no resourceVersion precondition: these are the cluster's own controllers, not API clients).
+#[allow(clippy::large_enum_variant)]
+#[derive(Debug, Clone, PartialEq)]
+pub enum Write {
+    Put(Object),
+    Delete {
+        kind: Kind,
+        namespace: Option<String>,
+        name: String,
+    },
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn plural_and_singular_names_match_the_apiserver() {
+        assert_eq!(Kind::Endpoints.singular(), "endpoints");
+        assert_eq!(Kind::Ingress.singular(), "ingress");
+        assert_eq!(Kind::EndpointSlice.singular(), "endpointslice");
+        assert_eq!(Kind::Prometheus.plural(), "prometheuses");
+        assert_eq!(Kind::from_group_plural("", "pods"), Some(Kind::Pod));
+        assert_eq!(Kind::from_group_plural("apps", "pods"), None);
+    }
+}

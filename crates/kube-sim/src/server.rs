@@ -1,0 +1,235 @@
+//! The HTTP server: the kube API face, the admin endpoints (`/sim/stats`, `/sim/dump`, `/sim/faults`,
+//! `/metrics`, `/healthz`), fault middleware, and an accept loop that can refuse connections during a
+//! simulated restart.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::Router;
+use axum::body::Body;
+use axum::extract::{Request, State};
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use bytes::Bytes;
+use serde_json::{Value, json};
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+use tower::ServiceExt as _;
+
+use crate::api;
+use crate::faults::{Fault, Faults, Verdict};
+use crate::kind::Kind;
+use crate::meter::Meter;
+use crate::status::ApiError;
+use crate::store::Store;
+
+/// Server-wide timing settings.
+#[derive(Debug, Clone, Copy)]
+pub struct Settings {
+    /// How often a watch with allowWatchBookmarks gets a bookmark (the apiserver: about a minute).
+    pub bookmark_interval: Duration,
+    /// A watch's length when the client sets no timeoutSeconds (the apiserver: 30–60 minutes).
+    pub default_watch_timeout: Duration,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Settings {
+            bookmark_interval: Duration::from_secs(60),
+            default_watch_timeout: Duration::from_secs(1800),
+        }
+    }
+}
+
+/// What every handler shares.
+pub struct Shared {
+    pub store: Store,
+    pub meter: Arc<Meter>,
+    pub faults: Faults,
+    pub settings: Settings,
+    /// host:port, for discovery's serverAddressByClientCIDRs.
+    pub server_address: String,
+}
+
+impl Shared {
+    /// The `/sim/stats` document.
+    pub fn stats(&self) -> Value {
+        let (by_resource, by_user_agent) = self.meter.snapshot();
+        let objects: serde_json::Map<String, Value> = self
+            .store
+            .counts()
+            .into_iter()
+            .map(|(k, n)| (k.plural().to_string(), n.into()))
+            .collect();
+        json!({
+            "resource_version": self.store.resource_version(),
+            "objects": objects,
+            "by_resource": by_resource,
+            "by_user_agent": by_user_agent,
+        })
+    }
+
+    /// Every object as one v1 List, the shape of `kubectl get ... -A -o json`.
+    pub fn dump(&self) -> Bytes {
+        let mut out = Vec::new();
+        out.extend_from_slice(
+            br#"{"kind":"List","apiVersion":"v1","metadata":{"resourceVersion":""},"items":["#,
+        );
+        let mut first = true;
+        for kind in Kind::ALL {
+            for e in self.store.all(kind).1 {
+                if !first {
+                    out.push(b',');
+                }
+                first = false;
+                out.extend_from_slice(&e.bytes);
+            }
+        }
+        out.extend_from_slice(b"]}");
+        Bytes::from(out)
+    }
+
+    pub fn inject(&self, fault: &Fault) -> Result<(), ApiError> {
+        self.faults
+            .inject(fault)
+            .map_err(|e| ApiError::bad_request(e.to_string()))?;
+        if *fault == Fault::Compact {
+            self.store.compact();
+        }
+        tracing::info!(?fault, "fault injected");
+        Ok(())
+    }
+}
+
+pub fn app(shared: Arc<Shared>) -> Router {
+    let kube = Router::new()
+        .route("/version", get(api::handle))
+        .route("/api", get(api::handle))
+        .route("/api/{*rest}", axum::routing::any(api::handle))
+        .route("/apis", get(api::handle))
+        .route("/openapi/{*rest}", get(api::handle))
+        .route("/apis/{*rest}", axum::routing::any(api::handle))
+        .layer(middleware::from_fn_with_state(shared.clone(), fault_layer));
+    Router::new()
+        .route("/sim/stats", get(stats))
+        .route("/sim/dump", get(dump))
+        .route("/sim/faults", post(faults))
+        .route("/metrics", get(metrics))
+        .route("/healthz", get(|| async { "ok" }))
+        .merge(kube)
+        .fallback(|| async {
+            ApiError::not_found("the server could not find the requested resource")
+        })
+        .with_state(shared)
+}
+
+async fn fault_layer(State(shared): State<Arc<Shared>>, req: Request, next: Next) -> Response {
+    match shared.faults.verdict() {
+        Verdict::Serve => next.run(req).await,
+        Verdict::Refuse => {
+            let mut r = ApiError::new(503, "ServiceUnavailable", "the server is restarting")
+                .into_response();
+            r.headers_mut()
+                .insert(header::CONNECTION, HeaderValue::from_static("close"));
+            r
+        }
+        Verdict::Fail { code, retry_after } => {
+            let mut e = match code {
+                429 => ApiError::new(
+                    429,
+                    "TooManyRequests",
+                    "Too many requests, please try again later.",
+                ),
+                503 => ApiError::new(503, "ServiceUnavailable", "the server is restarting"),
+                _ => ApiError::new(
+                    500,
+                    "InternalError",
+                    "Internal error occurred: injected fault",
+                ),
+            };
+            if code == 429 || code == 503 {
+                e.retry_after = Some(retry_after);
+            }
+            let ua = api::user_agent(req.headers());
+            shared
+                .meter
+                .request(req.method().as_str(), "", code, &ua, 0);
+            e.into_response()
+        }
+    }
+}
+
+async fn stats(State(shared): State<Arc<Shared>>) -> Response {
+    api::json_response(StatusCode::OK, Bytes::from(shared.stats().to_string()))
+}
+
+async fn dump(State(shared): State<Arc<Shared>>) -> Response {
+    api::json_response(StatusCode::OK, shared.dump())
+}
+
+async fn metrics(State(shared): State<Arc<Shared>>) -> Response {
+    (
+        [(
+            header::CONTENT_TYPE,
+            "text/plain; version=0.0.4; charset=utf-8",
+        )],
+        shared.meter.encode(),
+    )
+        .into_response()
+}
+
+async fn faults(State(shared): State<Arc<Shared>>, body: Bytes) -> Response {
+    let fault: Fault = match serde_json::from_slice(&body) {
+        Ok(f) => f,
+        Err(e) => return ApiError::bad_request(format!("invalid fault: {e}")).into_response(),
+    };
+    match shared.inject(&fault) {
+        Ok(()) => api::json_response(
+            StatusCode::OK,
+            Bytes::from(json!({"applied": fault}).to_string()),
+        ),
+        Err(e) => e.into_response(),
+    }
+}
+
+/// Serves until `shutdown` is cancelled. During a `refuse` restart, new connections are dropped unanswered.
+pub async fn serve(listener: TcpListener, shared: Arc<Shared>, shutdown: CancellationToken) {
+    let router = app(shared.clone());
+    loop {
+        let (stream, _peer): (tokio::net::TcpStream, SocketAddr) = tokio::select! {
+            _ = shutdown.cancelled() => return,
+            r = listener.accept() => match r {
+                Ok(s) => s,
+                Err(e) => {
+                    tracing::warn!(error = %e, "accept failed");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+        };
+        if shared.faults.refusing() {
+            drop(stream);
+            continue;
+        }
+        let _ = stream.set_nodelay(true);
+        let svc = hyper_util::service::TowerToHyperService::new(
+            router
+                .clone()
+                .map_request(|r: Request<hyper::body::Incoming>| r.map(Body::new)),
+        );
+        let shutdown = shutdown.clone();
+        tokio::spawn(async move {
+            let io = hyper_util::rt::TokioIo::new(stream);
+            let builder =
+                hyper_util::server::conn::auto::Builder::new(hyper_util::rt::TokioExecutor::new());
+            let conn = builder.serve_connection_with_upgrades(io, svc);
+            tokio::select! {
+                _ = conn => {}
+                _ = shutdown.cancelled() => {}
+            }
+        });
+    }
+}

@@ -1,0 +1,831 @@
+//! The object store: one global resourceVersion counter across kinds (as etcd gives), per-kind object maps
+//! holding each object's JSON bytes once, and a bounded per-kind event history that watches resume from.
+//!
+//! Reads take a short read lock and clone `Arc`s; bodies are assembled outside the lock. Writers (API
+//! clients, the built-in controllers, churn) serialise on the write lock; every accepted write is fed to
+//! the controllers in the same critical section, so the derived EndpointSlices/Endpoints get the next RVs.
+
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::sync::{Arc, RwLock};
+
+use bytes::Bytes;
+use serde_json::Value;
+use tokio::sync::watch;
+
+use crate::controllers::EndpointsControllers;
+use crate::kind::{Kind, Object, Write};
+
+/// (namespace, name); namespace is "" for cluster-scoped kinds. Ordered as the apiserver lists: by
+/// namespace, then name.
+pub type Key = (String, String);
+
+/// One stored version of an object.
+#[derive(Debug)]
+pub struct Entry {
+    pub kind: Kind,
+    pub key: Key,
+    pub rv: u64,
+    pub uid: String,
+    pub labels: BTreeMap<String, String>,
+    /// Field-selector values beyond metadata.name/namespace (spec.nodeName and status.phase for pods).
+    pub fields: Vec<(&'static str, String)>,
+    /// The object as JSON, resourceVersion included: what list, get and watch send.
+    pub bytes: Bytes,
+}
+
+impl Entry {
+    pub fn namespace(&self) -> &str {
+        &self.key.0
+    }
+    pub fn name(&self) -> &str {
+        &self.key.1
+    }
+
+    /// The value of a field for field selectors; `None` for fields this kind does not index.
+    pub fn field(&self, field: &str) -> Option<String> {
+        match field {
+            "metadata.name" => Some(self.key.1.clone()),
+            "metadata.namespace" => Some(self.key.0.clone()),
+            f => self
+                .fields
+                .iter()
+                .find(|(k, _)| *k == f)
+                .map(|(_, v)| v.clone()),
+        }
+    }
+}
+
+/// The field selectors each kind supports, as the apiserver's field label conversion funcs allow.
+pub fn supported_fields(kind: Kind) -> &'static [&'static str] {
+    match kind {
+        Kind::Pod => &[
+            "metadata.name",
+            "metadata.namespace",
+            "spec.nodeName",
+            "status.phase",
+        ],
+        _ => &["metadata.name", "metadata.namespace"],
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EventType {
+    Added,
+    Modified,
+    Deleted,
+}
+
+impl EventType {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            EventType::Added => "ADDED",
+            EventType::Modified => "MODIFIED",
+            EventType::Deleted => "DELETED",
+        }
+    }
+}
+
+/// One change in a kind's history. `obj` is the new state (for DELETED: the last state, stamped with the
+/// deletion's RV, as the apiserver sends it); `prev` the state before, which watches with selectors need
+/// to turn an object leaving the selection into DELETED, and which lists at an older RV use to rewind.
+#[derive(Debug)]
+pub struct Event {
+    pub rv: u64,
+    pub ty: EventType,
+    pub obj: Arc<Entry>,
+    pub prev: Option<Arc<Entry>>,
+    /// `{"type":...,"object":...}\n`, encoded once and shared by every watcher (the apiserver's
+    /// serialize-once cache, KEP-1152).
+    pub line: Bytes,
+}
+
+pub fn event_line(ty: &str, object: &[u8]) -> Bytes {
+    let mut line = Vec::with_capacity(object.len() + 32);
+    line.extend_from_slice(b"{\"type\":\"");
+    line.extend_from_slice(ty.as_bytes());
+    line.extend_from_slice(b"\",\"object\":");
+    line.extend_from_slice(object);
+    line.extend_from_slice(b"}\n");
+    Bytes::from(line)
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum StoreError {
+    #[error("{plural} {name:?} not found")]
+    NotFound { plural: &'static str, name: String },
+    #[error("{plural} {name:?} already exists")]
+    AlreadyExists { plural: &'static str, name: String },
+    #[error(
+        "Operation cannot be fulfilled on {plural} {name:?}: the object has been modified; please apply your changes to the latest version and try again"
+    )]
+    Conflict { plural: &'static str, name: String },
+    #[error("too old resource version: {requested} ({oldest})")]
+    Expired { requested: u64, oldest: u64 },
+    #[error("Too large resource version: {requested}, current: {current}")]
+    TooLarge { requested: u64, current: u64 },
+    #[error("{0}")]
+    Invalid(String),
+    #[error("{0}")]
+    BadRequest(String),
+}
+
+/// Which state a list reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ListAt {
+    /// The newest state (resourceVersion unset or "0").
+    Latest,
+    /// The newest state, which must be at least this RV (resourceVersionMatch=NotOlderThan).
+    NotOlderThan(u64),
+    /// Exactly this RV (resourceVersionMatch=Exact, and continue tokens), rewound through history.
+    Exact(u64),
+}
+
+/// One page of a list.
+#[derive(Debug)]
+pub struct Page {
+    pub rv: u64,
+    pub items: Vec<Arc<Entry>>,
+    /// The last key returned when more items remain.
+    pub next: Option<Key>,
+    pub remaining: usize,
+}
+
+#[derive(Default)]
+struct KindState {
+    objects: BTreeMap<Key, Arc<Entry>>,
+    history: VecDeque<Arc<Event>>,
+    /// Every event with rv > horizon is in `history`; a watch or exact list from an RV below it is expired.
+    horizon: u64,
+}
+
+struct Inner {
+    rv: u64,
+    kinds: HashMap<Kind, KindState>,
+    controllers: EndpointsControllers,
+    uid_seq: u64,
+}
+
+/// The store. Cheap to share behind an `Arc`.
+pub struct Store {
+    inner: RwLock<Inner>,
+    window: usize,
+    rv_tx: watch::Sender<u64>,
+}
+
+impl Store {
+    /// `window`: events kept per kind for watch resumption (the watch cache's capacity).
+    pub fn new(window: usize) -> Self {
+        let (rv_tx, _) = watch::channel(0);
+        Store {
+            inner: RwLock::new(Inner {
+                rv: 0,
+                kinds: Kind::ALL
+                    .iter()
+                    .map(|k| (*k, KindState::default()))
+                    .collect(),
+                controllers: EndpointsControllers::new(),
+                uid_seq: 0,
+            }),
+            window: window.max(1),
+            rv_tx,
+        }
+    }
+
+    fn read(&self) -> std::sync::RwLockReadGuard<'_, Inner> {
+        self.inner
+            .read()
+            .expect("store lock is never poisoned: no code panics while holding it")
+    }
+    fn write(&self) -> std::sync::RwLockWriteGuard<'_, Inner> {
+        self.inner
+            .write()
+            .expect("store lock is never poisoned: no code panics while holding it")
+    }
+
+    pub fn resource_version(&self) -> u64 {
+        self.read().rv
+    }
+
+    /// Wakes on every committed write (the value is the newest RV).
+    pub fn subscribe(&self) -> watch::Receiver<u64> {
+        self.rv_tx.subscribe()
+    }
+
+    pub fn counts(&self) -> BTreeMap<Kind, usize> {
+        let inner = self.read();
+        inner
+            .kinds
+            .iter()
+            .map(|(k, s)| (*k, s.objects.len()))
+            .collect()
+    }
+
+    pub fn get(&self, kind: Kind, namespace: &str, name: &str) -> Option<Arc<Entry>> {
+        let inner = self.read();
+        inner.kinds[&kind]
+            .objects
+            .get(&(namespace.to_string(), name.to_string()))
+            .cloned()
+    }
+
+    /// Every current object of a kind, in key order.
+    pub fn all(&self, kind: Kind) -> (u64, Vec<Arc<Entry>>) {
+        let inner = self.read();
+        (
+            inner.rv,
+            inner.kinds[&kind].objects.values().cloned().collect(),
+        )
+    }
+
+    /// Loads objects as the cluster's state before anyone watched: they get RVs but no history, so the
+    /// history window starts empty (a generated k8s-limits cluster would otherwise fill it at once).
+    pub fn load(&self, objects: Vec<Object>) {
+        let mut inner = self.write();
+        for obj in objects {
+            let writes = self.put(&mut inner, obj.kind(), obj.to_json(), Some(&obj));
+            self.apply_locked(&mut inner, writes);
+        }
+        let rv = inner.rv;
+        for state in inner.kinds.values_mut() {
+            state.history.clear();
+            state.horizon = rv;
+        }
+        drop(inner);
+        self.rv_tx.send_replace(rv);
+    }
+
+    /// Applies writes from the cluster's own machinery (generator, churn, tests) and whatever the
+    /// controllers derive from them.
+    pub fn apply(&self, writes: Vec<Write>) {
+        if writes.is_empty() {
+            return;
+        }
+        let mut inner = self.write();
+        self.apply_locked(&mut inner, writes);
+        let rv = inner.rv;
+        drop(inner);
+        self.rv_tx.send_replace(rv);
+    }
+
+    fn apply_locked(&self, inner: &mut Inner, mut queue: Vec<Write>) {
+        // Controllers react to what they are fed, including their own outputs (ignored by kind), so drain
+        // iteratively rather than recursively.
+        queue.reverse();
+        while let Some(w) = queue.pop() {
+            let more = match w {
+                Write::Put(obj) => self.put(inner, obj.kind(), obj.to_json(), Some(&obj)),
+                Write::Delete {
+                    kind,
+                    namespace,
+                    name,
+                } => self.remove(inner, kind, namespace.unwrap_or_default(), name),
+            };
+            queue.extend(more.into_iter().rev());
+        }
+    }
+
+    /// Creates or replaces an object from an API client. Validation of the body happens here so that
+    /// every writer gets the same checks.
+    pub fn create(&self, kind: Kind, value: Value) -> Result<Arc<Entry>, StoreError> {
+        self.client_write(kind, value, true)
+    }
+
+    /// Replaces an existing object (PUT). A non-empty metadata.resourceVersion must match the stored one.
+    pub fn update(&self, kind: Kind, value: Value) -> Result<Arc<Entry>, StoreError> {
+        self.client_write(kind, value, false)
+    }
+
+    fn client_write(
+        &self,
+        kind: Kind,
+        value: Value,
+        create: bool,
+    ) -> Result<Arc<Entry>, StoreError> {
+        let obj = typed(kind, &value)?;
+        let key = key_of(kind, &value)?;
+        let mut inner = self.write();
+        let existing = inner.kinds[&kind].objects.get(&key).cloned();
+        match (&existing, create) {
+            (Some(_), true) => {
+                return Err(StoreError::AlreadyExists {
+                    plural: kind.plural(),
+                    name: key.1,
+                });
+            }
+            (None, false) => {
+                return Err(StoreError::NotFound {
+                    plural: kind.plural(),
+                    name: key.1,
+                });
+            }
+            (Some(old), false) => {
+                let sent = value
+                    .pointer("/metadata/resourceVersion")
+                    .and_then(Value::as_str)
+                    .unwrap_or("");
+                if !sent.is_empty() && sent != old.rv.to_string() {
+                    return Err(StoreError::Conflict {
+                        plural: kind.plural(),
+                        name: key.1,
+                    });
+                }
+            }
+            (None, true) => {}
+        }
+        if kind.namespaced()
+            && !inner.kinds[&Kind::Namespace]
+                .objects
+                .contains_key(&(String::new(), key.0.clone()))
+        {
+            return Err(StoreError::NotFound {
+                plural: "namespaces",
+                name: key.0,
+            });
+        }
+        let writes = self.put(&mut inner, kind, value, obj.as_ref());
+        let entry = inner.kinds[&kind]
+            .objects
+            .get(&key)
+            .cloned()
+            .expect("just written");
+        self.apply_locked(&mut inner, writes);
+        let rv = inner.rv;
+        drop(inner);
+        self.rv_tx.send_replace(rv);
+        Ok(entry)
+    }
+
+    /// Deletes an object for an API client; returns its last state. `rv`: a precondition.
+    pub fn delete(
+        &self,
+        kind: Kind,
+        namespace: &str,
+        name: &str,
+        rv: Option<u64>,
+    ) -> Result<Arc<Entry>, StoreError> {
+        let key = (namespace.to_string(), name.to_string());
+        let mut inner = self.write();
+        let Some(old) = inner.kinds[&kind].objects.get(&key).cloned() else {
+            return Err(StoreError::NotFound {
+                plural: kind.plural(),
+                name: name.into(),
+            });
+        };
+        if rv.is_some_and(|rv| rv != old.rv) {
+            return Err(StoreError::Conflict {
+                plural: kind.plural(),
+                name: name.into(),
+            });
+        }
+        let writes = self.remove(&mut inner, kind, key.0.clone(), key.1.clone());
+        self.apply_locked(&mut inner, writes);
+        let rv = inner.rv;
+        drop(inner);
+        self.rv_tx.send_replace(rv);
+        Ok(old)
+    }
+
+    /// Stores one object version and returns what the controllers derive from it.
+    fn put(
+        &self,
+        inner: &mut Inner,
+        kind: Kind,
+        mut value: Value,
+        obj: Option<&Object>,
+    ) -> Vec<Write> {
+        let Ok(key) = key_of(kind, &value) else {
+            tracing::warn!(
+                kind = kind.name(),
+                "internal write without a name was dropped"
+            );
+            return vec![];
+        };
+        let prev = inner.kinds[&kind].objects.get(&key).cloned();
+        inner.rv += 1;
+        let rv = inner.rv;
+        let (uid, created) = match &prev {
+            Some(p) => (p.uid.clone(), None),
+            None => {
+                inner.uid_seq += 1;
+                let uid = value
+                    .pointer("/metadata/uid")
+                    .and_then(Value::as_str)
+                    .map(str::to_string)
+                    .unwrap_or_else(|| mk_uid(inner.uid_seq));
+                (uid, Some(now_rfc3339()))
+            }
+        };
+        let meta = value
+            .as_object_mut()
+            .expect("key_of checked this is an object")
+            .entry("metadata")
+            .or_insert_with(|| Value::Object(Default::default()));
+        if let Some(m) = meta.as_object_mut() {
+            m.insert("resourceVersion".into(), rv.to_string().into());
+            m.insert("uid".into(), uid.clone().into());
+            m.remove("managedFields");
+            if kind.namespaced() {
+                m.insert("namespace".into(), key.0.clone().into());
+            } else {
+                m.remove("namespace");
+            }
+            if let Some(c) = created {
+                m.entry("creationTimestamp").or_insert(c.into());
+            } else if let Some(p) = &prev {
+                // creationTimestamp is immutable: carry it over from the stored version.
+                if let Ok(old) = serde_json::from_slice::<Value>(&p.bytes)
+                    && let Some(ts) = old.pointer("/metadata/creationTimestamp")
+                {
+                    m.insert("creationTimestamp".into(), ts.clone());
+                }
+            }
+        }
+        if let Some(o) = value.as_object_mut() {
+            o.insert("apiVersion".into(), kind.api_version().into());
+            o.insert("kind".into(), kind.name().into());
+        }
+        let entry = Arc::new(Entry {
+            kind,
+            key: key.clone(),
+            rv,
+            uid,
+            labels: string_map(value.pointer("/metadata/labels")),
+            fields: index_fields(kind, &value),
+            bytes: Bytes::from(serde_json::to_vec(&value).expect("a Value always serializes")),
+        });
+        let ty = if prev.is_some() {
+            EventType::Modified
+        } else {
+            EventType::Added
+        };
+        self.record(inner, kind, ty, entry.clone(), prev);
+        inner
+            .kinds
+            .get_mut(&kind)
+            .expect("all kinds present")
+            .objects
+            .insert(key, entry);
+        // The controllers see typed objects; API writes were decoded by `typed` already.
+        let decoded;
+        let obj = match obj {
+            Some(o) => Some(o),
+            None => {
+                decoded = typed(kind, &value).ok().flatten();
+                decoded.as_ref()
+            }
+        };
+        match obj {
+            Some(o) if matches!(kind, Kind::Pod | Kind::Service | Kind::Node) => {
+                inner.controllers.on_put(o)
+            }
+            _ => vec![],
+        }
+    }
+
+    fn remove(&self, inner: &mut Inner, kind: Kind, namespace: String, name: String) -> Vec<Write> {
+        let key = (namespace, name);
+        let Some(prev) = inner
+            .kinds
+            .get_mut(&kind)
+            .expect("all kinds present")
+            .objects
+            .remove(&key)
+        else {
+            return vec![];
+        };
+        inner.rv += 1;
+        let rv = inner.rv;
+        // The DELETED event carries the object's last state at the deletion's RV.
+        let bytes = match serde_json::from_slice::<Value>(&prev.bytes) {
+            Ok(mut v) => {
+                if let Some(m) = v.pointer_mut("/metadata").and_then(Value::as_object_mut) {
+                    m.insert("resourceVersion".into(), rv.to_string().into());
+                }
+                Bytes::from(serde_json::to_vec(&v).expect("a Value always serializes"))
+            }
+            Err(_) => prev.bytes.clone(),
+        };
+        let entry = Arc::new(Entry {
+            kind,
+            key: key.clone(),
+            rv,
+            uid: prev.uid.clone(),
+            labels: prev.labels.clone(),
+            fields: prev.fields.clone(),
+            bytes,
+        });
+        self.record(inner, kind, EventType::Deleted, entry, Some(prev));
+        if matches!(kind, Kind::Pod | Kind::Service | Kind::Node) {
+            let ns = (!key.0.is_empty()).then_some(key.0.as_str());
+            inner.controllers.on_delete(kind, ns, &key.1)
+        } else {
+            vec![]
+        }
+    }
+
+    fn record(
+        &self,
+        inner: &mut Inner,
+        kind: Kind,
+        ty: EventType,
+        obj: Arc<Entry>,
+        prev: Option<Arc<Entry>>,
+    ) {
+        let state = inner.kinds.get_mut(&kind).expect("all kinds present");
+        let line = event_line(ty.as_str(), &obj.bytes);
+        state.history.push_back(Arc::new(Event {
+            rv: obj.rv,
+            ty,
+            obj,
+            prev,
+            line,
+        }));
+        while state.history.len() > self.window {
+            let dropped = state.history.pop_front().expect("len > window >= 1");
+            state.horizon = state.horizon.max(dropped.rv);
+        }
+    }
+
+    /// Events of a kind after `rv`, oldest first, and the global RV they are complete up to; `Expired`
+    /// when the window no longer reaches back to `rv`.
+    pub fn events_after(&self, kind: Kind, rv: u64) -> Result<(Vec<Arc<Event>>, u64), StoreError> {
+        let inner = self.read();
+        let state = &inner.kinds[&kind];
+        if rv < state.horizon {
+            return Err(StoreError::Expired {
+                requested: rv,
+                oldest: state.horizon,
+            });
+        }
+        let start = state.history.partition_point(|e| e.rv <= rv);
+        Ok((state.history.range(start..).cloned().collect(), inner.rv))
+    }
+
+    /// The oldest RV a watch of this kind can still start from.
+    pub fn horizon(&self, kind: Kind) -> u64 {
+        self.read().kinds[&kind].horizon
+    }
+
+    /// Drops every kind's history, as an etcd compaction followed by a watch-cache reset: older RVs get 410.
+    pub fn compact(&self) {
+        let mut inner = self.write();
+        let rv = inner.rv;
+        for state in inner.kinds.values_mut() {
+            state.history.clear();
+            state.horizon = rv;
+        }
+    }
+
+    /// One page of a list. `ns`: a namespace, or all. `after`: the last key of the previous page.
+    /// `filter` decides membership; `limit` counts matching items.
+    pub fn list(
+        &self,
+        kind: Kind,
+        ns: Option<&str>,
+        at: ListAt,
+        after: Option<&Key>,
+        limit: Option<usize>,
+        filter: &dyn Fn(&Entry) -> bool,
+    ) -> Result<Page, StoreError> {
+        let inner = self.read();
+        let state = &inner.kinds[&kind];
+        let (rv, overrides) = match at {
+            ListAt::Latest => (inner.rv, BTreeMap::new()),
+            ListAt::NotOlderThan(n) if n > inner.rv => {
+                return Err(StoreError::TooLarge {
+                    requested: n,
+                    current: inner.rv,
+                });
+            }
+            ListAt::NotOlderThan(_) => (inner.rv, BTreeMap::new()),
+            ListAt::Exact(n) if n > inner.rv => {
+                return Err(StoreError::TooLarge {
+                    requested: n,
+                    current: inner.rv,
+                });
+            }
+            ListAt::Exact(n) => {
+                if n < state.horizon {
+                    return Err(StoreError::Expired {
+                        requested: n,
+                        oldest: state.horizon,
+                    });
+                }
+                // Undo, newest first, every event after n: what remains per key is its state at n.
+                let mut overrides: BTreeMap<Key, Option<Arc<Entry>>> = BTreeMap::new();
+                let start = state.history.partition_point(|e| e.rv <= n);
+                for e in state.history.range(start..).rev() {
+                    overrides.insert(e.obj.key.clone(), e.prev.clone());
+                }
+                (n, overrides)
+            }
+        };
+        let in_ns = |k: &Key| ns.is_none_or(|ns| k.0 == ns);
+        let lower = match after {
+            Some(k) => std::ops::Bound::Excluded(k.clone()),
+            None => match ns {
+                Some(ns) => std::ops::Bound::Included((ns.to_string(), String::new())),
+                None => std::ops::Bound::Unbounded,
+            },
+        };
+        let current = state
+            .objects
+            .range((lower.clone(), std::ops::Bound::Unbounded))
+            .filter(|(k, _)| !overrides.contains_key(*k))
+            .map(|(k, e)| (k, Some(e)));
+        let rewound = overrides
+            .range((lower, std::ops::Bound::Unbounded))
+            .map(|(k, e)| (k, e.as_ref()));
+        let mut items = Vec::new();
+        let mut next = None;
+        let mut remaining = 0;
+        for (k, e) in merge_by_key(current, rewound) {
+            if !in_ns(k) {
+                if ns.is_some_and(|ns| k.0.as_str() > ns) {
+                    break;
+                }
+                continue;
+            }
+            let Some(e) = e else { continue };
+            if !filter(e) {
+                continue;
+            }
+            if limit.is_some_and(|l| items.len() >= l) {
+                if next.is_none() {
+                    next = items.last().map(|e: &Arc<Entry>| e.key.clone());
+                }
+                remaining += 1;
+                continue;
+            }
+            items.push(e.clone());
+        }
+        Ok(Page {
+            rv,
+            items,
+            next,
+            remaining,
+        })
+    }
+}
+
+/// Merges two key-ordered sequences with disjoint keys.
+fn merge_by_key<'a, A, B>(a: A, b: B) -> impl Iterator<Item = (&'a Key, Option<&'a Arc<Entry>>)>
+where
+    A: Iterator<Item = (&'a Key, Option<&'a Arc<Entry>>)>,
+    B: Iterator<Item = (&'a Key, Option<&'a Arc<Entry>>)>,
+{
+    let mut a = a.peekable();
+    let mut b = b.peekable();
+    std::iter::from_fn(move || match (a.peek(), b.peek()) {
+        (Some(x), Some(y)) => {
+            if x.0 <= y.0 {
+                a.next()
+            } else {
+                b.next()
+            }
+        }
+        (Some(_), None) => a.next(),
+        (None, Some(_)) => b.next(),
+        (None, None) => None,
+    })
+}
+
+/// Decodes the typed kinds, so that a malformed body is rejected before it is stored and the controllers
+/// get a typed object. Custom resources are checked only for an object with metadata.
+pub fn typed(kind: Kind, value: &Value) -> Result<Option<Object>, StoreError> {
+    fn de<T: serde::de::DeserializeOwned>(kind: Kind, v: &Value) -> Result<T, StoreError> {
+        T::deserialize(v).map_err(|e| {
+            StoreError::BadRequest(format!("unable to decode {} object: {e}", kind.name()))
+        })
+    }
+    if !value.is_object() {
+        return Err(StoreError::BadRequest(format!(
+            "the body of a {} must be a JSON object",
+            kind.name()
+        )));
+    }
+    if let Some(k) = value.get("kind").and_then(Value::as_str)
+        && k != kind.name()
+    {
+        return Err(StoreError::BadRequest(format!(
+            "the kind of the body ({k}) does not match the resource ({})",
+            kind.plural()
+        )));
+    }
+    if let Some(av) = value.get("apiVersion").and_then(Value::as_str)
+        && av != kind.api_version()
+    {
+        return Err(StoreError::BadRequest(format!(
+            "the apiVersion of the body ({av}) does not match the resource ({})",
+            kind.api_version()
+        )));
+    }
+    Ok(Some(match kind {
+        Kind::Namespace => Object::Namespace(de(kind, value)?),
+        Kind::Node => Object::Node(de(kind, value)?),
+        Kind::ConfigMap => Object::ConfigMap(de(kind, value)?),
+        Kind::Service => Object::Service(de(kind, value)?),
+        Kind::Pod => Object::Pod(de(kind, value)?),
+        Kind::Endpoints => Object::Endpoints(de(kind, value)?),
+        Kind::EndpointSlice => Object::EndpointSlice(de(kind, value)?),
+        Kind::Ingress => Object::Ingress(de(kind, value)?),
+        Kind::ServiceMonitor | Kind::PodMonitor | Kind::Prometheus => {
+            if !value.get("metadata").is_some_and(Value::is_object) {
+                return Err(StoreError::Invalid(format!(
+                    "{}.metadata: Required value",
+                    kind.name()
+                )));
+            }
+            return Ok(None);
+        }
+    }))
+}
+
+/// The object's key, validating the name as the apiserver does (422 Invalid).
+pub fn key_of(kind: Kind, value: &Value) -> Result<Key, StoreError> {
+    let name = value
+        .pointer("/metadata/name")
+        .and_then(Value::as_str)
+        .unwrap_or("");
+    if name.is_empty() {
+        return Err(StoreError::Invalid(format!(
+            "{} \"\" is invalid: metadata.name: Required value: name or generateName is required",
+            kind.name()
+        )));
+    }
+    if name.len() > 253
+        || !name
+            .bytes()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == b'-' || c == b'.')
+        || !name.as_bytes()[0].is_ascii_alphanumeric()
+        || !name.as_bytes()[name.len() - 1].is_ascii_alphanumeric()
+    {
+        return Err(StoreError::Invalid(format!(
+            "{} {name:?} is invalid: metadata.name: Invalid value: {name:?}: a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character",
+            kind.name()
+        )));
+    }
+    let ns = if kind.namespaced() {
+        value
+            .pointer("/metadata/namespace")
+            .and_then(Value::as_str)
+            .filter(|s| !s.is_empty())
+            .unwrap_or("default")
+            .to_string()
+    } else {
+        String::new()
+    };
+    Ok((ns, name.to_string()))
+}
+
+fn string_map(v: Option<&Value>) -> BTreeMap<String, String> {
+    v.and_then(Value::as_object)
+        .map(|m| {
+            m.iter()
+                .filter_map(|(k, v)| v.as_str().map(|s| (k.clone(), s.to_string())))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+fn index_fields(kind: Kind, v: &Value) -> Vec<(&'static str, String)> {
+    if kind != Kind::Pod {
+        return vec![];
+    }
+    let s = |p: &str| {
+        v.pointer(p)
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .to_string()
+    };
+    vec![
+        ("spec.nodeName", s("/spec/nodeName")),
+        ("status.phase", s("/status/phase")),
+    ]
+}
+
+fn mk_uid(seq: u64) -> String {
+    // A UUID-shaped, deterministic id: clients only compare uids for equality.
+    let h = seq.wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    format!(
+        "{:08x}-{:04x}-4{:03x}-8{:03x}-{:012x}",
+        (h >> 32) as u32,
+        (h >> 16) as u16,
+        (h & 0xfff) as u16,
+        (seq >> 48) as u16 & 0xfff,
+        seq & 0xffff_ffff_ffff
+    )
+}
+
+pub fn now_rfc3339() -> String {
+    let secs = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs() as i64)
+        .unwrap_or(0);
+    k8s_openapi::jiff::Timestamp::from_second(secs)
+        .expect("the system clock is within jiff's range")
+        .to_string()
+}
+
+#[cfg(test)]
+mod tests;
