@@ -234,6 +234,8 @@ pub struct EndpointsControllers {
     endpoints: endpoints::EndpointsController,
     /// Services to reconcile at the next flush, as (namespace, name).
     dirty: BTreeSet<(String, String)>,
+    /// Services whose matched pods must be recomputed before the next reconcile.
+    rescan: BTreeSet<(String, String)>,
 }
 
 impl EndpointsControllers {
@@ -273,6 +275,7 @@ impl EndpointsControllers {
                     writes.extend(self.endpoints.delete_service(ns, name));
                 }
                 self.dirty.remove(&(ns.to_string(), name.to_string()));
+                self.rescan.remove(&(ns.to_string(), name.to_string()));
                 writes.extend(self.flush());
                 return writes;
             }
@@ -455,23 +458,6 @@ impl EndpointsControllers {
             }
             self.index_service(&ns, &name, &view, true);
         }
-        let members = if selector_changed {
-            self.pods
-                .get(&ns)
-                .map(|pods| {
-                    pods.iter()
-                        .filter(|(_, p)| view.selects(&p.labels))
-                        .map(|(n, _)| n.clone())
-                        .collect()
-                })
-                .unwrap_or_default()
-        } else {
-            self.services
-                .get(&ns)
-                .and_then(|m| m.get(&name))
-                .map(|e| e.members.clone())
-                .unwrap_or_default()
-        };
         let entry = self
             .services
             .entry(ns.clone())
@@ -479,7 +465,12 @@ impl EndpointsControllers {
             .entry(name.clone())
             .or_default();
         entry.view = Some(view);
-        entry.members = members;
+        if selector_changed {
+            // Matched pods are recomputed at the next flush, one pass over the namespace for all
+            // Services whose selector changed (a bulk load would otherwise scan it per Service).
+            entry.members.clear();
+            self.rescan.insert((ns.clone(), name.clone()));
+        }
         self.dirty.insert((ns, name));
     }
 
@@ -494,8 +485,45 @@ impl EndpointsControllers {
         true
     }
 
+    /// Recompute the matched pods of every Service queued for a rescan.
+    fn rescan_members(&mut self) {
+        let rescan = std::mem::take(&mut self.rescan);
+        let mut by_ns: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
+        for (ns, name) in &rescan {
+            by_ns.entry(ns).or_default().push(name);
+        }
+        for (ns, names) in by_ns {
+            let mut found: Vec<(String, String)> = Vec::new();
+            if let Some(pods) = self.pods.get(ns) {
+                for (pod, view) in pods {
+                    for svc in self.services_selecting(ns, &view.labels) {
+                        if rescan.contains(&(ns.to_string(), svc.clone())) {
+                            found.push((svc, pod.clone()));
+                        }
+                    }
+                }
+            }
+            let Some(services) = self.services.get_mut(ns) else {
+                continue;
+            };
+            for name in names {
+                if let Some(e) = services.get_mut(name) {
+                    e.members.clear();
+                }
+            }
+            for (svc, pod) in found {
+                if let Some(e) = services.get_mut(&svc) {
+                    e.members.insert(pod);
+                }
+            }
+        }
+    }
+
     /// Reconcile every dirty Service.
     fn flush(&mut self) -> Vec<Write> {
+        if !self.rescan.is_empty() {
+            self.rescan_members();
+        }
         let dirty = std::mem::take(&mut self.dirty);
         let mut writes = Vec::new();
         for (ns, name) in dirty {
@@ -530,207 +558,5 @@ impl EndpointsControllers {
     }
 }
 
-/// Fixtures shared by the controllers' tests.
 #[cfg(test)]
-mod fixtures {
-    use std::collections::BTreeMap;
-
-    use k8s_openapi::api::core::v1::{
-        Container, ContainerPort, Node, Pod, PodCondition, PodIP, PodSpec, PodStatus, Service,
-        ServicePort, ServiceSpec,
-    };
-    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
-    use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
-
-    use crate::kind::{Kind, Object, Write};
-
-    pub fn labels(pairs: &[(&str, &str)]) -> Option<BTreeMap<String, String>> {
-        Some(
-            pairs
-                .iter()
-                .map(|(k, v)| (k.to_string(), v.to_string()))
-                .collect(),
-        )
-    }
-
-    pub fn mk_node(name: &str, zone: &str) -> Object {
-        Object::Node(Node {
-            metadata: ObjectMeta {
-                name: Some(name.into()),
-                labels: labels(&[("topology.kubernetes.io/zone", zone)]),
-                ..Default::default()
-            },
-            ..Default::default()
-        })
-    }
-
-    pub fn svc_port(name: &str, port: i32, target: IntOrString) -> ServicePort {
-        ServicePort {
-            name: Some(name.into()).filter(|n: &String| !n.is_empty()),
-            port,
-            target_port: Some(target),
-            protocol: Some("TCP".into()),
-            ..Default::default()
-        }
-    }
-
-    pub fn mk_service(name: &str, selector: &[(&str, &str)], ports: Vec<ServicePort>) -> Service {
-        Service {
-            metadata: ObjectMeta {
-                name: Some(name.into()),
-                namespace: Some("default".into()),
-                uid: Some(format!("uid-svc-{name}")),
-                labels: labels(&[("team", "a")]),
-                ..Default::default()
-            },
-            spec: Some(ServiceSpec {
-                selector: Some(selector).filter(|s| !s.is_empty()).and_then(labels),
-                ports: Some(ports),
-                cluster_ip: Some("10.96.0.10".into()),
-                ip_families: Some(vec!["IPv4".into()]),
-                ..Default::default()
-            }),
-            ..Default::default()
-        }
-    }
-
-    /// A running, ready pod on `node` with one container exposing `http` on `port`.
-    pub fn mk_pod(name: &str, app: &str, ip: &str, node: &str, port: i32) -> Pod {
-        Pod {
-            metadata: ObjectMeta {
-                name: Some(name.into()),
-                namespace: Some("default".into()),
-                uid: Some(format!("uid-{name}")),
-                labels: labels(&[("app", app)]),
-                ..Default::default()
-            },
-            spec: Some(PodSpec {
-                node_name: Some(node.into()),
-                containers: vec![Container {
-                    name: "main".into(),
-                    ports: Some(vec![ContainerPort {
-                        name: Some("http".into()),
-                        container_port: port,
-                        protocol: Some("TCP".into()),
-                        ..Default::default()
-                    }]),
-                    ..Default::default()
-                }],
-                ..Default::default()
-            }),
-            status: Some(PodStatus {
-                phase: Some("Running".into()),
-                pod_ip: Some(ip.into()),
-                pod_ips: Some(vec![PodIP { ip: ip.into() }]),
-                conditions: Some(vec![PodCondition {
-                    type_: "Ready".into(),
-                    status: "True".into(),
-                    ..Default::default()
-                }]),
-                ..Default::default()
-            }),
-        }
-    }
-
-    pub fn set_ready(pod: &mut Pod, ready: bool) {
-        let status = pod.status.as_mut().unwrap();
-        status.conditions.as_mut().unwrap()[0].status = if ready { "True" } else { "False" }.into();
-    }
-
-    pub fn set_terminating(pod: &mut Pod) {
-        pod.metadata.deletion_timestamp = Some(Time("2026-01-01T00:00:00Z".parse().unwrap()));
-    }
-
-    /// `n` ready pods `p0..` labelled app=`app`, IPs 10.1.x.y, spread over nodes n0..n2.
-    pub fn mk_pods(app: &str, n: usize) -> Vec<Object> {
-        (0..n)
-            .map(|i| {
-                let ip = format!("10.1.{}.{}", i / 250, i % 250 + 1);
-                Object::Pod(mk_pod(
-                    &format!("p{i}"),
-                    app,
-                    &ip,
-                    &format!("n{}", i % 3),
-                    8080,
-                ))
-            })
-            .collect()
-    }
-
-    pub fn nodes() -> Vec<Object> {
-        vec![
-            mk_node("n0", "z-a"),
-            mk_node("n1", "z-b"),
-            mk_node("n2", "z-c"),
-        ]
-    }
-
-    /// A minimal store: applies writes, keyed by (kind, namespace, name).
-    #[derive(Default)]
-    pub struct Store {
-        pub objects: BTreeMap<(Kind, String, String), Object>,
-    }
-
-    impl Store {
-        pub fn apply(&mut self, writes: &[Write]) {
-            for w in writes {
-                match w {
-                    Write::Put(o) => {
-                        let j = o.to_json();
-                        let key = (
-                            o.kind(),
-                            j["metadata"]["namespace"]
-                                .as_str()
-                                .unwrap_or("")
-                                .to_string(),
-                            j["metadata"]["name"].as_str().unwrap().to_string(),
-                        );
-                        self.objects.insert(key, o.clone());
-                    }
-                    Write::Delete {
-                        kind,
-                        namespace,
-                        name,
-                    } => {
-                        let key = (*kind, namespace.clone().unwrap_or_default(), name.clone());
-                        assert!(
-                            self.objects.remove(&key).is_some(),
-                            "delete of unknown {key:?}"
-                        );
-                    }
-                }
-            }
-        }
-
-        pub fn slices(&self) -> Vec<&k8s_openapi::api::discovery::v1::EndpointSlice> {
-            self.objects
-                .values()
-                .filter_map(|o| match o {
-                    Object::EndpointSlice(s) => Some(s),
-                    _ => None,
-                })
-                .collect()
-        }
-
-        pub fn endpoints(&self, name: &str) -> Option<&k8s_openapi::api::core::v1::Endpoints> {
-            match self
-                .objects
-                .get(&(Kind::Endpoints, "default".into(), name.into()))
-            {
-                Some(Object::Endpoints(e)) => Some(e),
-                _ => None,
-            }
-        }
-    }
-
-    /// Slice writes (puts and deletes) among `writes`.
-    pub fn slice_writes(writes: &[Write]) -> usize {
-        writes
-            .iter()
-            .filter(|w| match w {
-                Write::Put(o) => o.kind() == Kind::EndpointSlice,
-                Write::Delete { kind, .. } => *kind == Kind::EndpointSlice,
-            })
-            .count()
-    }
-}
+mod tests;

@@ -10,12 +10,8 @@ use std::collections::HashSet;
 use std::net::IpAddr;
 
 use ipnet::IpNet;
-use k8s_openapi::api::core::v1::{
-    DaemonEndpoint, Namespace, NamespaceSpec, NamespaceStatus, Node, NodeAddress, NodeCondition,
-    NodeDaemonEndpoints, NodeSpec, NodeStatus, NodeSystemInfo, Pod,
-};
-use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
+use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use rand::{RngExt, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
@@ -299,7 +295,7 @@ fn skewed_split(rng: &mut ChaCha8Rng, n: usize, total: usize) -> Vec<usize> {
 }
 
 const ZONE_LETTERS: &[u8] = b"abcdefghijklmnopqrstuvwxyz";
-const REGION: &str = "eu-west-1";
+pub(crate) const REGION: &str = "eu-west-1";
 
 const NAMESPACE_WORDS: &[&str] = &[
     "payments",
@@ -456,10 +452,10 @@ impl Generator {
             names.push((name, i < injected));
         }
         for ns in ["default", "kube-system", "monitoring", "istio-system"] {
-            self.objects.push(namespace(ns, false));
+            self.objects.push(extras::namespace(ns, false));
         }
         for (ns, istio) in &names {
-            self.objects.push(namespace(ns, *istio));
+            self.objects.push(extras::namespace(ns, *istio));
         }
         names
     }
@@ -478,104 +474,9 @@ impl Generator {
                 .expect("validate() sizes the node cidr; an exhausted one is a spec error");
             let boot: String = random_uid(&mut self.rng);
             self.objects
-                .push(Object::Node(node(&name, &zone, ip, &boot)));
+                .push(Object::Node(extras::node(&name, &zone, ip, &boot)));
             self.nodes.push(NodeRef { name, ip, zone });
         }
-    }
-}
-
-fn namespace(name: &str, istio: bool) -> Object {
-    let mut labels = std::collections::BTreeMap::from([(
-        "kubernetes.io/metadata.name".to_string(),
-        name.to_string(),
-    )]);
-    if istio {
-        labels.insert("istio-injection".into(), "enabled".into());
-    }
-    Object::Namespace(Namespace {
-        metadata: ObjectMeta {
-            name: Some(name.into()),
-            labels: Some(labels),
-            ..Default::default()
-        },
-        spec: Some(NamespaceSpec {
-            finalizers: Some(vec!["kubernetes".into()]),
-        }),
-        status: Some(NamespaceStatus {
-            phase: Some("Active".into()),
-            ..Default::default()
-        }),
-    })
-}
-
-fn node(name: &str, zone: &str, ip: IpAddr, boot_id: &str) -> Node {
-    let labels = [
-        ("kubernetes.io/hostname", name),
-        ("kubernetes.io/os", "linux"),
-        ("kubernetes.io/arch", "amd64"),
-        ("node.kubernetes.io/instance-type", "m6i.2xlarge"),
-        ("topology.kubernetes.io/zone", zone),
-        ("topology.kubernetes.io/region", REGION),
-    ]
-    .into_iter()
-    .map(|(k, v)| (k.to_string(), v.to_string()))
-    .collect();
-    let resources = |pods: &str| {
-        Some(
-            [("cpu", "8"), ("memory", "32386524Ki"), ("pods", pods)]
-                .into_iter()
-                .map(|(k, v)| (k.to_string(), Quantity(v.to_string())))
-                .collect(),
-        )
-    };
-    Node {
-        metadata: ObjectMeta {
-            name: Some(name.into()),
-            labels: Some(labels),
-            ..Default::default()
-        },
-        spec: Some(NodeSpec {
-            provider_id: Some(format!("aws:///{zone}/i-{}", &boot_id[..8])),
-            ..Default::default()
-        }),
-        status: Some(NodeStatus {
-            addresses: Some(vec![
-                NodeAddress {
-                    type_: "InternalIP".into(),
-                    address: ip.to_string(),
-                },
-                NodeAddress {
-                    type_: "Hostname".into(),
-                    address: name.into(),
-                },
-            ]),
-            daemon_endpoints: Some(NodeDaemonEndpoints {
-                kubelet_endpoint: Some(DaemonEndpoint { port: 10250 }),
-            }),
-            conditions: Some(vec![NodeCondition {
-                type_: "Ready".into(),
-                status: "True".into(),
-                reason: Some("KubeletReady".into()),
-                message: Some("kubelet is posting ready status".into()),
-                ..Default::default()
-            }]),
-            capacity: resources("110"),
-            allocatable: resources("110"),
-            node_info: Some(NodeSystemInfo {
-                architecture: "amd64".into(),
-                boot_id: boot_id.into(),
-                container_runtime_version: "containerd://1.7.27".into(),
-                kernel_version: "6.1.0-28-cloud-amd64".into(),
-                kube_proxy_version: String::new(),
-                kubelet_version: "v1.33.1".into(),
-                machine_id: boot_id.replace('-', ""),
-                operating_system: "linux".into(),
-                os_image: "Debian GNU/Linux 12 (bookworm)".into(),
-                system_uuid: boot_id.into(),
-                swap: None,
-            }),
-            ..Default::default()
-        }),
     }
 }
 

@@ -26,6 +26,8 @@ pub struct Entry {
     pub key: Key,
     pub rv: u64,
     pub uid: String,
+    /// metadata.creationTimestamp, immutable across versions.
+    pub created: String,
     pub labels: BTreeMap<String, String>,
     /// Field-selector values beyond metadata.name/namespace (spec.nodeName and status.phase for pods).
     pub fields: Vec<(&'static str, String)>,
@@ -239,12 +241,19 @@ impl Store {
 
     /// Loads objects as the cluster's state before anyone watched: they get RVs but no history, so the
     /// history window starts empty (a generated k8s-limits cluster would otherwise fill it at once).
+    ///
+    /// The controllers see the whole batch at once: fed one pod at a time they would rebuild a
+    /// 1000-address Endpoints object per pod, quadratic in the size of a DaemonSet.
     pub fn load(&self, objects: Vec<Object>) {
         let mut inner = self.write();
-        for obj in objects {
-            let writes = self.put(&mut inner, obj.kind(), obj.to_json(), Some(&obj));
-            self.apply_locked(&mut inner, writes);
+        for obj in &objects {
+            self.store_version(&mut inner, obj.kind(), obj.to_json(), false);
         }
+        let writes = inner
+            .controllers
+            .on_puts(objects.iter().filter(|o| reacts(o.kind())));
+        drop(objects);
+        self.apply_locked(&mut inner, writes);
         let rv = inner.rv;
         for state in inner.kinds.values_mut() {
             state.history.clear();
@@ -386,25 +395,47 @@ impl Store {
     }
 
     /// Stores one object version and returns what the controllers derive from it.
-    fn put(
+    fn put(&self, inner: &mut Inner, kind: Kind, value: Value, obj: Option<&Object>) -> Vec<Write> {
+        if !reacts(kind) {
+            self.store_version(inner, kind, value, true);
+            return vec![];
+        }
+        // The controllers see typed objects; API writes were decoded by `typed` already.
+        let decoded = match obj {
+            Some(_) => None,
+            None => typed(kind, &value).ok().flatten(),
+        };
+        if !self.store_version(inner, kind, value, true) {
+            return vec![];
+        }
+        match obj.or(decoded.as_ref()) {
+            Some(o) => inner.controllers.on_put(o),
+            None => vec![],
+        }
+    }
+
+    /// Stamps and stores one object version; `history`: record it for watches. False when the write
+    /// was dropped for having no name.
+    fn store_version(
         &self,
         inner: &mut Inner,
         kind: Kind,
         mut value: Value,
-        obj: Option<&Object>,
-    ) -> Vec<Write> {
+        history: bool,
+    ) -> bool {
         let Ok(key) = key_of(kind, &value) else {
             tracing::warn!(
                 kind = kind.name(),
                 "internal write without a name was dropped"
             );
-            return vec![];
+            return false;
         };
         let prev = inner.kinds[&kind].objects.get(&key).cloned();
         inner.rv += 1;
         let rv = inner.rv;
         let (uid, created) = match &prev {
-            Some(p) => (p.uid.clone(), None),
+            // uid and creationTimestamp are immutable: carried over from the stored version.
+            Some(p) => (p.uid.clone(), p.created.clone()),
             None => {
                 inner.uid_seq += 1;
                 let uid = value
@@ -412,7 +443,12 @@ impl Store {
                     .and_then(Value::as_str)
                     .map(str::to_string)
                     .unwrap_or_else(|| mk_uid(inner.uid_seq));
-                (uid, Some(now_rfc3339()))
+                let created = value
+                    .pointer("/metadata/creationTimestamp")
+                    .and_then(Value::as_str)
+                    .map(str::to_string)
+                    .unwrap_or_else(now_rfc3339);
+                (uid, created)
             }
         };
         let meta = value
@@ -429,16 +465,7 @@ impl Store {
             } else {
                 m.remove("namespace");
             }
-            if let Some(c) = created {
-                m.entry("creationTimestamp").or_insert(c.into());
-            } else if let Some(p) = &prev {
-                // creationTimestamp is immutable: carry it over from the stored version.
-                if let Ok(old) = serde_json::from_slice::<Value>(&p.bytes)
-                    && let Some(ts) = old.pointer("/metadata/creationTimestamp")
-                {
-                    m.insert("creationTimestamp".into(), ts.clone());
-                }
-            }
+            m.insert("creationTimestamp".into(), created.clone().into());
         }
         if let Some(o) = value.as_object_mut() {
             o.insert("apiVersion".into(), kind.api_version().into());
@@ -449,6 +476,7 @@ impl Store {
             key: key.clone(),
             rv,
             uid,
+            created,
             labels: string_map(value.pointer("/metadata/labels")),
             fields: index_fields(kind, &value),
             bytes: Bytes::from(serde_json::to_vec(&value).expect("a Value always serializes")),
@@ -458,28 +486,16 @@ impl Store {
         } else {
             EventType::Added
         };
-        self.record(inner, kind, ty, entry.clone(), prev);
+        if history {
+            self.record(inner, kind, ty, entry.clone(), prev);
+        }
         inner
             .kinds
             .get_mut(&kind)
             .expect("all kinds present")
             .objects
             .insert(key, entry);
-        // The controllers see typed objects; API writes were decoded by `typed` already.
-        let decoded;
-        let obj = match obj {
-            Some(o) => Some(o),
-            None => {
-                decoded = typed(kind, &value).ok().flatten();
-                decoded.as_ref()
-            }
-        };
-        match obj {
-            Some(o) if matches!(kind, Kind::Pod | Kind::Service | Kind::Node) => {
-                inner.controllers.on_put(o)
-            }
-            _ => vec![],
-        }
+        true
     }
 
     fn remove(&self, inner: &mut Inner, kind: Kind, namespace: String, name: String) -> Vec<Write> {
@@ -510,12 +526,13 @@ impl Store {
             key: key.clone(),
             rv,
             uid: prev.uid.clone(),
+            created: prev.created.clone(),
             labels: prev.labels.clone(),
             fields: prev.fields.clone(),
             bytes,
         });
         self.record(inner, kind, EventType::Deleted, entry, Some(prev));
-        if matches!(kind, Kind::Pod | Kind::Service | Kind::Node) {
+        if reacts(kind) {
             let ns = (!key.0.is_empty()).then_some(key.0.as_str());
             inner.controllers.on_delete(kind, ns, &key.1)
         } else {
@@ -666,6 +683,11 @@ impl Store {
             remaining,
         })
     }
+}
+
+/// The kinds the endpoint controllers watch.
+fn reacts(kind: Kind) -> bool {
+    matches!(kind, Kind::Pod | Kind::Service | Kind::Node)
 }
 
 /// Merges two key-ordered sequences with disjoint keys.

@@ -114,14 +114,12 @@ async fn discover(agent: &mut VmAgent, state: &State) -> BTreeMap<Role, Vec<Labe
             (role, set)
         })
         .collect();
-    eprintln!("T expected computed");
     let deadline = tokio::time::Instant::now() + DISCOVERY_TIMEOUT;
     let mut matched_once = false;
     let mut report;
     loop {
         match agent.dropped_targets().await {
             Ok(listed) => {
-                eprintln!("T poll {} at {:?}", listed.len(), std::time::SystemTime::now());
                 let mut by_role: BTreeMap<Role, Vec<Labels>> = BTreeMap::new();
                 let mut unknown_jobs = BTreeSet::new();
                 for t in listed {
@@ -169,6 +167,16 @@ async fn discover(agent: &mut VmAgent, state: &State) -> BTreeMap<Role, Vec<Labe
         }
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
+}
+
+/// vmagent logs failed lists and watches (and undecodable objects) at error level.
+fn assert_no_errors(agent: &VmAgent) {
+    let errors = agent.log_lines("error");
+    assert!(
+        errors.is_empty(),
+        "vmagent logged errors talking to kube-sim:\n{}",
+        errors.join("\n")
+    );
 }
 
 fn get<'a>(t: &'a Labels, name: &str) -> &'a str {
@@ -345,6 +353,7 @@ async fn vmagent_discovers_exactly_the_targets_kube_sim_implies_for_every_role()
 
     let mut agent = VmAgent::start(&bin, &scrape_config(&sim.url())).await;
     let found = discover(&mut agent, &state).await;
+    assert_no_errors(&agent);
     for role in Role::ALL {
         eprintln!(
             "vmagent {}: {} targets, as kube-sim implies",
@@ -369,11 +378,8 @@ async fn past_1000_nodes_vmagent_sees_1000_daemonset_targets_via_endpoints_and_a
         pods: 2 * NODES + 4 + 12,
         ..ClusterSpec::small()
     };
-    let t0 = std::time::Instant::now();
     let sim = start_sim(spec, 11).await;
-    eprintln!("T sim started {:?}", t0.elapsed());
     let state = state_of(&sim);
-    eprintln!("T state {:?}", t0.elapsed());
     assert_apiserver_shaped(&state);
 
     // kube-sim's own state: 1100 node-exporter pods with IPs; the Endpoints object cut at 1000 and
@@ -415,9 +421,16 @@ async fn past_1000_nodes_vmagent_sees_1000_daemonset_targets_via_endpoints_and_a
     assert_eq!(kept, 1000, "addresses kept in the truncated Endpoints");
 
     let mut agent = VmAgent::start(&bin, &scrape_config(&sim.url())).await;
-    eprintln!("T agent {:?}", t0.elapsed());
     let found = discover(&mut agent, &state).await;
-    eprintln!("T found {:?}", t0.elapsed());
+    assert_no_errors(&agent);
+    // vmagent reads the annotation and warns (endpoints.go `getTargetLabels`).
+    assert!(
+        agent
+            .log_lines("warn")
+            .iter()
+            .any(|l| l.contains("monitoring/node-exporter") && l.contains("has been truncated")),
+        "vmagent warns that monitoring/node-exporter's Endpoints are truncated"
+    );
 
     let via_endpoints: Vec<&str> = found[&Role::Endpoints]
         .iter()

@@ -6,9 +6,11 @@ use std::collections::BTreeMap;
 use std::net::IpAddr;
 
 use k8s_openapi::api::core::v1::{
-    ConfigMap, EndpointAddress, EndpointPort, EndpointSubset, Endpoints, Service, ServicePort,
-    ServiceSpec,
+    ConfigMap, DaemonEndpoint, EndpointAddress, EndpointPort, EndpointSubset, Endpoints, Namespace,
+    NamespaceSpec, NamespaceStatus, Node, NodeAddress, NodeCondition, NodeDaemonEndpoints,
+    NodeSpec, NodeStatus, NodeSystemInfo, Service, ServicePort, ServiceSpec,
 };
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::api::discovery::v1::{
     Endpoint, EndpointConditions, EndpointPort as SlicePort, EndpointSlice,
 };
@@ -23,7 +25,7 @@ use rand_chacha::ChaCha8Rng;
 use serde_json::json;
 
 use super::pods::{Target, VARIANTS};
-use super::{ClusterSpec, Plan, random_suffix, random_uid};
+use super::{ClusterSpec, Plan, REGION, random_suffix, random_uid};
 use crate::kind::{Kind, Object};
 
 fn map(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
@@ -514,4 +516,101 @@ pub(crate) fn external_service(
             app_protocol: None,
         }]),
     }));
+}
+
+/// A Namespace, labelled as the apiserver labels it (and for Istio injection when asked).
+pub(crate) fn namespace(name: &str, istio: bool) -> Object {
+    let mut labels = std::collections::BTreeMap::from([(
+        "kubernetes.io/metadata.name".to_string(),
+        name.to_string(),
+    )]);
+    if istio {
+        labels.insert("istio-injection".into(), "enabled".into());
+    }
+    Object::Namespace(Namespace {
+        metadata: ObjectMeta {
+            name: Some(name.into()),
+            labels: Some(labels),
+            ..Default::default()
+        },
+        spec: Some(NamespaceSpec {
+            finalizers: Some(vec!["kubernetes".into()]),
+        }),
+        status: Some(NamespaceStatus {
+            phase: Some("Active".into()),
+            ..Default::default()
+        }),
+    })
+}
+
+/// A Ready node with its zone labels, addresses and kubelet port.
+pub(crate) fn node(name: &str, zone: &str, ip: IpAddr, boot_id: &str) -> Node {
+    let labels = [
+        ("kubernetes.io/hostname", name),
+        ("kubernetes.io/os", "linux"),
+        ("kubernetes.io/arch", "amd64"),
+        ("node.kubernetes.io/instance-type", "m6i.2xlarge"),
+        ("topology.kubernetes.io/zone", zone),
+        ("topology.kubernetes.io/region", REGION),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_string(), v.to_string()))
+    .collect();
+    let resources = |pods: &str| {
+        Some(
+            [("cpu", "8"), ("memory", "32386524Ki"), ("pods", pods)]
+                .into_iter()
+                .map(|(k, v)| (k.to_string(), Quantity(v.to_string())))
+                .collect(),
+        )
+    };
+    Node {
+        metadata: ObjectMeta {
+            name: Some(name.into()),
+            labels: Some(labels),
+            ..Default::default()
+        },
+        spec: Some(NodeSpec {
+            provider_id: Some(format!("aws:///{zone}/i-{}", &boot_id[..8])),
+            ..Default::default()
+        }),
+        status: Some(NodeStatus {
+            addresses: Some(vec![
+                NodeAddress {
+                    type_: "InternalIP".into(),
+                    address: ip.to_string(),
+                },
+                NodeAddress {
+                    type_: "Hostname".into(),
+                    address: name.into(),
+                },
+            ]),
+            daemon_endpoints: Some(NodeDaemonEndpoints {
+                kubelet_endpoint: Some(DaemonEndpoint { port: 10250 }),
+            }),
+            conditions: Some(vec![NodeCondition {
+                type_: "Ready".into(),
+                status: "True".into(),
+                reason: Some("KubeletReady".into()),
+                message: Some("kubelet is posting ready status".into()),
+                ..Default::default()
+            }]),
+            capacity: resources("110"),
+            allocatable: resources("110"),
+            node_info: Some(NodeSystemInfo {
+                architecture: "amd64".into(),
+                boot_id: boot_id.into(),
+                container_runtime_version: "containerd://1.7.27".into(),
+                kernel_version: "6.1.0-28-cloud-amd64".into(),
+                kube_proxy_version: String::new(),
+                kubelet_version: "v1.33.1".into(),
+                machine_id: boot_id.replace('-', ""),
+                operating_system: "linux".into(),
+                os_image: "Debian GNU/Linux 12 (bookworm)".into(),
+                system_uuid: boot_id.into(),
+                swap: None,
+            }),
+            ..Default::default()
+        }),
+    }
 }

@@ -148,6 +148,16 @@ impl VmAgent {
             .collect()
     }
 
+    /// Lines of vmagent's log at `level` (`info`, `warn`, `error`, ...).
+    pub fn log_lines(&self, level: &str) -> Vec<String> {
+        let tag = format!("\t{level}\t");
+        self.log_text()
+            .lines()
+            .filter(|l| l.contains(&tag))
+            .map(str::to_string)
+            .collect()
+    }
+
     fn log_text(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_else(|e| format!("(no vmagent log: {e})"))
     }
