@@ -231,9 +231,10 @@ pub struct Cluster {
 }
 
 /// Generate a cluster. Deterministic: the same spec and seed give identical objects. A spec that
-/// fails [`ClusterSpec::validate`] is generated as best it can be: every Service still gets one
-/// pod (so there are more pods than asked), and pods past the end of the pod CIDR stay Pending
-/// without an IP, as they would when a node's IPAM runs dry.
+/// fails [`ClusterSpec::validate`] is generated as best it can be: zero counts become one,
+/// fractions are clamped to 0..=1, every Service still gets one pod (so there are more pods than
+/// asked), and pods past the end of the pod CIDR stay Pending without an IP, as they would when a
+/// node's IPAM runs dry.
 pub fn generate(spec: &ClusterSpec, seed: u64) -> Cluster {
     Generator::new(spec, seed).run()
 }
@@ -386,16 +387,27 @@ fn allocate(own: &mut Option<IpAllocator>, pods: &mut IpAllocator) -> Result<IpA
 impl Generator {
     fn new(spec: &ClusterSpec, seed: u64) -> Self {
         let mut spec = spec.clone();
+        // What validate() refuses is bent into shape rather than panicking mid-generation.
+        spec.nodes = spec.nodes.max(1);
+        spec.namespaces = spec.namespaces.max(1);
+        spec.zones = spec.zones.max(1);
+        for f in [
+            &mut spec.istio_fraction,
+            &mut spec.annotated_fraction,
+            &mut spec.headless_fraction,
+            &mut spec.not_ready_fraction,
+            &mut spec.pending_fraction,
+            &mut spec.monitored_fraction,
+            &mut spec.ingress_fraction,
+        ] {
+            *f = if f.is_nan() { 0.0 } else { f.clamp(0.0, 1.0) };
+        }
         if matches!(spec.pod_cidr, IpNet::V6(_)) && matches!(spec.service_cidr, IpNet::V4(_)) {
             spec.service_cidr = "fd00:10:96::/108".parse().expect("valid literal cidr");
         }
-        let pod_ips = IpAllocator::new(spec.pod_cidr).unwrap_or_else(|_| {
-            // A pod CIDR with no host addresses at all: every pod stays Pending.
-            let mut a = IpAllocator::new("127.0.0.0/30".parse().expect("valid literal cidr"))
-                .expect("a /30 has an assignable address");
-            while a.allocate().is_ok() {}
-            a
-        });
+        // A pod CIDR without host addresses leaves every pod Pending.
+        let pod_ips =
+            IpAllocator::new(spec.pod_cidr).unwrap_or_else(|_| IpAllocator::empty(spec.pod_cidr));
         let own = |net: IpNet| {
             if overlaps(net, spec.pod_cidr) {
                 None
@@ -470,8 +482,11 @@ impl Generator {
                 format!("{REGION}{zone_letter}")
             };
             let name = format!("worker-{zone_letter}-{i:05}");
+            // An exhausted node CIDR (a spec validate() refuses) borrows from the pod CIDR, and past
+            // that repeats the network address rather than failing.
             let ip = allocate(&mut self.node_ips, &mut self.pod_ips)
-                .expect("validate() sizes the node cidr; an exhausted one is a spec error");
+                .or_else(|_| self.pod_ips.allocate())
+                .unwrap_or(self.spec.node_cidr.network());
             let boot: String = random_uid(&mut self.rng);
             self.objects
                 .push(Object::Node(extras::node(&name, &zone, ip, &boot)));

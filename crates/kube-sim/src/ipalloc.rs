@@ -75,6 +75,19 @@ impl IpAllocator {
         })
     }
 
+    /// An allocator over `net` that hands out nothing: for a CIDR without host addresses, so that
+    /// callers degrade to "exhausted" instead of failing outright.
+    pub fn empty(net: IpNet) -> Self {
+        IpAllocator {
+            net: net.trunc(),
+            first: 1,
+            last: 0,
+            cursor: 1,
+            released: BTreeSet::new(),
+            in_use: 0,
+        }
+    }
+
     /// The CIDR this allocator hands out from.
     pub fn net(&self) -> IpNet {
         self.net
@@ -213,6 +226,12 @@ mod tests {
             IpAllocator::new(net("127.0.0.0/31")),
             Err(IpAllocError::Empty { .. })
         ));
+        let mut empty = IpAllocator::empty(net("127.0.0.0/31"));
+        assert!(matches!(
+            empty.allocate(),
+            Err(IpAllocError::Exhausted { .. })
+        ));
+        assert!(!empty.release("127.0.0.0".parse().unwrap()));
         assert!(matches!(
             IpAllocator::new(net("127.0.0.1/32")),
             Err(IpAllocError::Empty { .. })

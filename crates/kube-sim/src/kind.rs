@@ -20,10 +20,15 @@ pub enum Kind {
     ServiceMonitor,
     PodMonitor,
     Prometheus,
+    ClusterRole,
+    ClusterRoleBinding,
+    Role,
+    RoleBinding,
+    PeerAuthentication,
 }
 
 impl Kind {
-    pub const ALL: [Kind; 11] = [
+    pub const ALL: [Kind; 16] = [
         Kind::Namespace,
         Kind::Node,
         Kind::ConfigMap,
@@ -35,6 +40,11 @@ impl Kind {
         Kind::ServiceMonitor,
         Kind::PodMonitor,
         Kind::Prometheus,
+        Kind::ClusterRole,
+        Kind::ClusterRoleBinding,
+        Kind::Role,
+        Kind::RoleBinding,
+        Kind::PeerAuthentication,
     ];
 
     /// API group ("" for core).
@@ -43,6 +53,10 @@ impl Kind {
             Kind::EndpointSlice => "discovery.k8s.io",
             Kind::Ingress => "networking.k8s.io",
             Kind::ServiceMonitor | Kind::PodMonitor | Kind::Prometheus => "monitoring.coreos.com",
+            Kind::ClusterRole | Kind::ClusterRoleBinding | Kind::Role | Kind::RoleBinding => {
+                "rbac.authorization.k8s.io"
+            }
+            Kind::PeerAuthentication => "security.istio.io",
             _ => "",
         }
     }
@@ -54,6 +68,10 @@ impl Kind {
     /// `apiVersion` as written in objects: `v1` or `group/v1`.
     pub fn api_version(self) -> &'static str {
         match self {
+            Kind::ClusterRole | Kind::ClusterRoleBinding | Kind::Role | Kind::RoleBinding => {
+                "rbac.authorization.k8s.io/v1"
+            }
+            Kind::PeerAuthentication => "security.istio.io/v1",
             Kind::EndpointSlice => "discovery.k8s.io/v1",
             Kind::Ingress => "networking.k8s.io/v1",
             Kind::ServiceMonitor | Kind::PodMonitor | Kind::Prometheus => {
@@ -77,6 +95,11 @@ impl Kind {
             Kind::ServiceMonitor => "ServiceMonitor",
             Kind::PodMonitor => "PodMonitor",
             Kind::Prometheus => "Prometheus",
+            Kind::ClusterRole => "ClusterRole",
+            Kind::ClusterRoleBinding => "ClusterRoleBinding",
+            Kind::Role => "Role",
+            Kind::RoleBinding => "RoleBinding",
+            Kind::PeerAuthentication => "PeerAuthentication",
         }
     }
 
@@ -94,6 +117,11 @@ impl Kind {
             Kind::ServiceMonitor => "servicemonitors",
             Kind::PodMonitor => "podmonitors",
             Kind::Prometheus => "prometheuses",
+            Kind::ClusterRole => "clusterroles",
+            Kind::ClusterRoleBinding => "clusterrolebindings",
+            Kind::Role => "roles",
+            Kind::RoleBinding => "rolebindings",
+            Kind::PeerAuthentication => "peerauthentications",
         }
     }
 
@@ -114,7 +142,10 @@ impl Kind {
     }
 
     pub fn namespaced(self) -> bool {
-        !matches!(self, Kind::Namespace | Kind::Node)
+        !matches!(
+            self,
+            Kind::Namespace | Kind::Node | Kind::ClusterRole | Kind::ClusterRoleBinding
+        )
     }
 
     /// kubectl short names, as the real apiserver advertises them in discovery.
@@ -130,7 +161,12 @@ impl Kind {
             Kind::ServiceMonitor => &["smon"],
             Kind::PodMonitor => &["pmon"],
             Kind::Prometheus => &["prom"],
-            Kind::EndpointSlice => &[],
+            Kind::PeerAuthentication => &["pa"],
+            Kind::EndpointSlice
+            | Kind::ClusterRole
+            | Kind::ClusterRoleBinding
+            | Kind::Role
+            | Kind::RoleBinding => &[],
         }
     }
 

@@ -751,7 +751,23 @@ pub fn typed(kind: Kind, value: &Value) -> Result<Option<Object>, StoreError> {
         Kind::Endpoints => Object::Endpoints(de(kind, value)?),
         Kind::EndpointSlice => Object::EndpointSlice(de(kind, value)?),
         Kind::Ingress => Object::Ingress(de(kind, value)?),
-        Kind::ServiceMonitor | Kind::PodMonitor | Kind::Prometheus => {
+        Kind::ClusterRole => {
+            de::<k8s_openapi::api::rbac::v1::ClusterRole>(kind, value)?;
+            return Ok(None);
+        }
+        Kind::ClusterRoleBinding => {
+            de::<k8s_openapi::api::rbac::v1::ClusterRoleBinding>(kind, value)?;
+            return Ok(None);
+        }
+        Kind::Role => {
+            de::<k8s_openapi::api::rbac::v1::Role>(kind, value)?;
+            return Ok(None);
+        }
+        Kind::RoleBinding => {
+            de::<k8s_openapi::api::rbac::v1::RoleBinding>(kind, value)?;
+            return Ok(None);
+        }
+        Kind::ServiceMonitor | Kind::PodMonitor | Kind::Prometheus | Kind::PeerAuthentication => {
             if !value.get("metadata").is_some_and(Value::is_object) {
                 return Err(StoreError::Invalid(format!(
                     "{}.metadata: Required value",

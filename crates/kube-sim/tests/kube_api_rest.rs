@@ -259,7 +259,9 @@ async fn discovery_documents_describe_every_served_kind() {
         [
             "discovery.k8s.io",
             "networking.k8s.io",
-            "monitoring.coreos.com"
+            "monitoring.coreos.com",
+            "rbac.authorization.k8s.io",
+            "security.istio.io"
         ]
     );
     let (_, mon) = get_json(&format!("{}/apis/monitoring.coreos.com/v1", sim.url())).await;

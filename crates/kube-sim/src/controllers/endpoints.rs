@@ -246,3 +246,241 @@ fn truncate(subsets: &mut [EndpointSubset]) -> bool {
     }
     true
 }
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+
+    use super::super::tests::*;
+    use crate::kind::{Kind, Object};
+
+    fn subsets(store: &Store, name: &str) -> Vec<(Vec<String>, Vec<String>, Vec<i32>)> {
+        let ips = |v: &Option<Vec<k8s_openapi::api::core::v1::EndpointAddress>>| {
+            v.iter().flatten().map(|a| a.ip.clone()).collect::<Vec<_>>()
+        };
+        store
+            .endpoints(name)
+            .unwrap()
+            .subsets
+            .iter()
+            .flatten()
+            .map(|s| {
+                (
+                    ips(&s.addresses),
+                    ips(&s.not_ready_addresses),
+                    s.ports.iter().flatten().map(|p| p.port).collect(),
+                )
+            })
+            .collect()
+    }
+
+    #[test]
+    fn endpoints_split_ready_and_not_ready_and_leave_terminating_pods_out() {
+        let svc = mk_service(
+            "web",
+            &[("app", "web")],
+            vec![svc_port("http", 80, IntOrString::Int(8080))],
+        );
+        let mut not_ready = mk_pod("nr", "web", "10.1.0.2", "n0", 8080);
+        set_ready(&mut not_ready, false);
+        let mut terminating = mk_pod("t", "web", "10.1.0.3", "n0", 8080);
+        set_terminating(&mut terminating);
+        let pods = vec![
+            Object::Pod(mk_pod("r", "web", "10.1.0.1", "n1", 8080)),
+            Object::Pod(not_ready),
+            Object::Pod(terminating),
+        ];
+        let (mut c, mut store) = setup(svc.clone(), pods);
+        assert_eq!(
+            subsets(&store, "web"),
+            vec![(
+                vec!["10.1.0.1".to_string()],
+                vec!["10.1.0.2".to_string()],
+                vec![8080]
+            )]
+        );
+        let ep = store.endpoints("web").unwrap();
+        let addr = &ep.subsets.as_ref().unwrap()[0].addresses.as_ref().unwrap()[0];
+        assert_eq!(addr.node_name.as_deref(), Some("n1"));
+        let target = addr.target_ref.as_ref().unwrap();
+        assert_eq!(
+            (
+                target.kind.as_deref(),
+                target.name.as_deref(),
+                target.uid.as_deref()
+            ),
+            (Some("Pod"), Some("r"), Some("uid-r"))
+        );
+        assert_eq!(ep.metadata.labels.as_ref().unwrap()["team"], "a");
+        assert!(ep.metadata.annotations.is_none());
+
+        // publishNotReadyAddresses: every pod, terminating ones included, is a ready address.
+        let mut publish = svc;
+        publish.spec.as_mut().unwrap().publish_not_ready_addresses = Some(true);
+        store.apply(&c.on_put(&Object::Service(publish)));
+        assert_eq!(
+            subsets(&store, "web"),
+            vec![(
+                vec![
+                    "10.1.0.1".to_string(),
+                    "10.1.0.2".to_string(),
+                    "10.1.0.3".to_string()
+                ],
+                vec![],
+                vec![8080]
+            )]
+        );
+    }
+
+    #[test]
+    fn endpoints_pack_ports_that_share_the_same_addresses() {
+        let svc = mk_service(
+            "api",
+            &[("app", "api")],
+            vec![
+                svc_port("web", 80, IntOrString::String("http".into())),
+                svc_port("admin", 9000, IntOrString::Int(9000)),
+            ],
+        );
+        let mut lacking = mk_pod("b", "api", "10.1.0.2", "n0", 1);
+        lacking.spec.as_mut().unwrap().containers[0].ports = None;
+        let pods = vec![
+            Object::Pod(mk_pod("a", "api", "10.1.0.1", "n0", 8080)),
+            Object::Pod(lacking),
+        ];
+        let (_, store) = setup(svc, pods);
+        let mut got = subsets(&store, "api");
+        got.sort();
+        assert_eq!(
+            got,
+            vec![
+                (vec!["10.1.0.1".to_string()], vec![], vec![8080]),
+                (
+                    vec!["10.1.0.1".to_string(), "10.1.0.2".to_string()],
+                    vec![],
+                    vec![9000]
+                ),
+            ]
+        );
+    }
+
+    #[test]
+    fn endpoints_are_cut_at_a_thousand_addresses_and_annotated_until_back_under() {
+        let svc = mk_service(
+            "ds",
+            &[("app", "ds")],
+            vec![svc_port("metrics", 9100, IntOrString::Int(9100))],
+        );
+        let (mut c, mut store) = setup(svc, mk_pods("ds", 1001));
+        let count = |store: &Store| -> usize {
+            subsets(store, "ds")
+                .iter()
+                .map(|(r, n, _)| r.len() + n.len())
+                .sum()
+        };
+        assert_eq!(count(&store), 1000);
+        let annotations =
+            |store: &Store| store.endpoints("ds").unwrap().metadata.annotations.clone();
+        assert_eq!(
+            annotations(&store),
+            Some(BTreeMap::from([(
+                "endpoints.kubernetes.io/over-capacity".to_string(),
+                "truncated".to_string()
+            )]))
+        );
+        store.apply(&c.on_delete(Kind::Pod, Some("default"), "p0"));
+        assert_eq!(count(&store), 1000);
+        assert_eq!(
+            annotations(&store),
+            None,
+            "exactly 1000 fits: the annotation goes"
+        );
+    }
+
+    #[test]
+    fn truncation_keeps_ready_addresses_before_not_ready_ones() {
+        let svc = mk_service(
+            "web",
+            &[("app", "web")],
+            vec![svc_port("http", 80, IntOrString::Int(8080))],
+        );
+        let mut pods = mk_pods("web", 990);
+        for i in 0..20 {
+            let mut p = mk_pod(
+                &format!("nr{i}"),
+                "web",
+                &format!("10.2.0.{}", i + 1),
+                "n0",
+                8080,
+            );
+            set_ready(&mut p, false);
+            pods.push(Object::Pod(p));
+        }
+        let (_, store) = setup(svc, pods);
+        let s = subsets(&store, "web");
+        assert_eq!(s.len(), 1);
+        assert_eq!((s[0].0.len(), s[0].1.len()), (990, 10));
+    }
+
+    #[test]
+    fn an_unchanged_service_writes_nothing() {
+        let svc = mk_service(
+            "web",
+            &[("app", "web")],
+            vec![svc_port("http", 80, IntOrString::Int(8080))],
+        );
+        let (mut c, _) = setup(svc.clone(), mk_pods("web", 3));
+        assert!(c.on_put(&Object::Service(svc.clone())).is_empty());
+        let mut relabelled = svc;
+        relabelled.metadata.labels = labels(&[("team", "b")]);
+        let w = c.on_put(&Object::Service(relabelled));
+        assert_eq!(
+            w.len(),
+            2,
+            "the slice and the Endpoints mirror the new labels"
+        );
+    }
+
+    #[test]
+    fn a_headless_service_without_ports_still_publishes_addresses() {
+        let mut svc = mk_service("peers", &[("app", "peers")], vec![]);
+        svc.spec.as_mut().unwrap().cluster_ip = Some("None".into());
+        let (_, store) = setup(svc, mk_pods("peers", 2));
+        let s = store.slices()[0];
+        assert!(s.ports.is_none());
+        assert_eq!(ep_names(s), ["p0", "p1"]);
+        assert_eq!(
+            subsets(&store, "peers"),
+            vec![(
+                vec!["10.1.0.1".to_string(), "10.1.0.2".to_string()],
+                vec![],
+                vec![]
+            )]
+        );
+    }
+
+    #[test]
+    fn changing_a_selector_moves_the_endpoints_to_the_newly_selected_pods() {
+        let svc = mk_service(
+            "web",
+            &[("app", "a")],
+            vec![svc_port("http", 80, IntOrString::Int(8080))],
+        );
+        let mut pods = mk_pods("a", 3);
+        pods.push(Object::Pod(mk_pod("b0", "b", "10.3.0.1", "n0", 8080)));
+        let (mut c, mut store) = setup(svc.clone(), pods);
+        assert_eq!(ep_names(store.slices()[0]), ["p0", "p1", "p2"]);
+        let mut moved = svc;
+        moved.spec.as_mut().unwrap().selector = labels(&[("app", "b")]);
+        store.apply(&c.on_put(&Object::Service(moved)));
+        assert_eq!(ep_names(store.slices()[0]), ["b0"]);
+        assert_eq!(subsets(&store, "web")[0].0, ["10.3.0.1"]);
+        // Relabelling a pod into the selector adds it.
+        let mut joined = mk_pod("p1", "b", "10.1.0.2", "n1", 8080);
+        joined.metadata.labels = labels(&[("app", "b")]);
+        store.apply(&c.on_put(&Object::Pod(joined)));
+        assert_eq!(ep_names(store.slices()[0]), ["b0", "p1"]);
+    }
+}

@@ -12,7 +12,7 @@ use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use super::{CONTROLLER_NAME, EndpointsControllers, LABEL_HEADLESS};
 use crate::kind::{Kind, Object, Write};
 
-fn labels(pairs: &[(&str, &str)]) -> Option<BTreeMap<String, String>> {
+pub(super) fn labels(pairs: &[(&str, &str)]) -> Option<BTreeMap<String, String>> {
     Some(
         pairs
             .iter()
@@ -21,7 +21,7 @@ fn labels(pairs: &[(&str, &str)]) -> Option<BTreeMap<String, String>> {
     )
 }
 
-fn mk_node(name: &str, zone: &str) -> Object {
+pub(super) fn mk_node(name: &str, zone: &str) -> Object {
     Object::Node(Node {
         metadata: ObjectMeta {
             name: Some(name.into()),
@@ -32,7 +32,7 @@ fn mk_node(name: &str, zone: &str) -> Object {
     })
 }
 
-fn svc_port(name: &str, port: i32, target: IntOrString) -> ServicePort {
+pub(super) fn svc_port(name: &str, port: i32, target: IntOrString) -> ServicePort {
     ServicePort {
         name: Some(name.into()).filter(|n: &String| !n.is_empty()),
         port,
@@ -42,7 +42,11 @@ fn svc_port(name: &str, port: i32, target: IntOrString) -> ServicePort {
     }
 }
 
-fn mk_service(name: &str, selector: &[(&str, &str)], ports: Vec<ServicePort>) -> Service {
+pub(super) fn mk_service(
+    name: &str,
+    selector: &[(&str, &str)],
+    ports: Vec<ServicePort>,
+) -> Service {
     Service {
         metadata: ObjectMeta {
             name: Some(name.into()),
@@ -63,7 +67,7 @@ fn mk_service(name: &str, selector: &[(&str, &str)], ports: Vec<ServicePort>) ->
 }
 
 /// A running, ready pod on `node` with one container exposing `http` on `port`.
-fn mk_pod(name: &str, app: &str, ip: &str, node: &str, port: i32) -> Pod {
+pub(super) fn mk_pod(name: &str, app: &str, ip: &str, node: &str, port: i32) -> Pod {
     Pod {
         metadata: ObjectMeta {
             name: Some(name.into()),
@@ -100,17 +104,17 @@ fn mk_pod(name: &str, app: &str, ip: &str, node: &str, port: i32) -> Pod {
     }
 }
 
-fn set_ready(pod: &mut Pod, ready: bool) {
+pub(super) fn set_ready(pod: &mut Pod, ready: bool) {
     let status = pod.status.as_mut().unwrap();
     status.conditions.as_mut().unwrap()[0].status = if ready { "True" } else { "False" }.into();
 }
 
-fn set_terminating(pod: &mut Pod) {
+pub(super) fn set_terminating(pod: &mut Pod) {
     pod.metadata.deletion_timestamp = Some(Time("2026-01-01T00:00:00Z".parse().unwrap()));
 }
 
 /// `n` ready pods `p0..` labelled app=`app`, IPs 10.1.x.y, spread over nodes n0..n2.
-fn mk_pods(app: &str, n: usize) -> Vec<Object> {
+pub(super) fn mk_pods(app: &str, n: usize) -> Vec<Object> {
     (0..n)
         .map(|i| {
             let ip = format!("10.1.{}.{}", i / 250, i % 250 + 1);
@@ -125,7 +129,7 @@ fn mk_pods(app: &str, n: usize) -> Vec<Object> {
         .collect()
 }
 
-fn nodes() -> Vec<Object> {
+pub(super) fn nodes() -> Vec<Object> {
     vec![
         mk_node("n0", "z-a"),
         mk_node("n1", "z-b"),
@@ -135,12 +139,12 @@ fn nodes() -> Vec<Object> {
 
 /// A minimal store: applies writes, keyed by (kind, namespace, name).
 #[derive(Default)]
-struct Store {
-    objects: BTreeMap<(Kind, String, String), Object>,
+pub(super) struct Store {
+    pub(super) objects: BTreeMap<(Kind, String, String), Object>,
 }
 
 impl Store {
-    fn apply(&mut self, writes: &[Write]) {
+    pub(super) fn apply(&mut self, writes: &[Write]) {
         for w in writes {
             match w {
                 Write::Put(o) => {
@@ -170,7 +174,7 @@ impl Store {
         }
     }
 
-    fn slices(&self) -> Vec<&k8s_openapi::api::discovery::v1::EndpointSlice> {
+    pub(super) fn slices(&self) -> Vec<&k8s_openapi::api::discovery::v1::EndpointSlice> {
         self.objects
             .values()
             .filter_map(|o| match o {
@@ -180,7 +184,7 @@ impl Store {
             .collect()
     }
 
-    fn endpoints(&self, name: &str) -> Option<&k8s_openapi::api::core::v1::Endpoints> {
+    pub(super) fn endpoints(&self, name: &str) -> Option<&k8s_openapi::api::core::v1::Endpoints> {
         match self
             .objects
             .get(&(Kind::Endpoints, "default".into(), name.into()))
@@ -192,7 +196,7 @@ impl Store {
 }
 
 /// Slice writes (puts and deletes) among `writes`.
-fn slice_writes(writes: &[Write]) -> usize {
+pub(super) fn slice_writes(writes: &[Write]) -> usize {
     writes
         .iter()
         .filter(|w| match w {
@@ -204,7 +208,7 @@ fn slice_writes(writes: &[Write]) -> usize {
 
 // ---- EndpointSlice controller ----
 
-fn ep_names(s: &k8s_openapi::api::discovery::v1::EndpointSlice) -> Vec<String> {
+pub(super) fn ep_names(s: &k8s_openapi::api::discovery::v1::EndpointSlice) -> Vec<String> {
     let mut v: Vec<String> = s
         .endpoints
         .iter()
@@ -214,7 +218,7 @@ fn ep_names(s: &k8s_openapi::api::discovery::v1::EndpointSlice) -> Vec<String> {
     v
 }
 
-fn setup(
+pub(super) fn setup(
     svc: k8s_openapi::api::core::v1::Service,
     pods: Vec<Object>,
 ) -> (EndpointsControllers, Store) {
@@ -592,192 +596,4 @@ fn bulk_feeding_reaches_the_same_state_as_one_by_one() {
     };
     assert_eq!(count(&bulk), count(&one));
     assert_eq!(bulk.endpoints("web"), one.endpoints("web"));
-}
-
-// ---- Endpoints controller ----
-
-fn subsets(store: &Store, name: &str) -> Vec<(Vec<String>, Vec<String>, Vec<i32>)> {
-    let ips = |v: &Option<Vec<k8s_openapi::api::core::v1::EndpointAddress>>| {
-        v.iter().flatten().map(|a| a.ip.clone()).collect::<Vec<_>>()
-    };
-    store
-        .endpoints(name)
-        .unwrap()
-        .subsets
-        .iter()
-        .flatten()
-        .map(|s| {
-            (
-                ips(&s.addresses),
-                ips(&s.not_ready_addresses),
-                s.ports.iter().flatten().map(|p| p.port).collect(),
-            )
-        })
-        .collect()
-}
-
-#[test]
-fn endpoints_split_ready_and_not_ready_and_leave_terminating_pods_out() {
-    let svc = mk_service(
-        "web",
-        &[("app", "web")],
-        vec![svc_port("http", 80, IntOrString::Int(8080))],
-    );
-    let mut not_ready = mk_pod("nr", "web", "10.1.0.2", "n0", 8080);
-    set_ready(&mut not_ready, false);
-    let mut terminating = mk_pod("t", "web", "10.1.0.3", "n0", 8080);
-    set_terminating(&mut terminating);
-    let pods = vec![
-        Object::Pod(mk_pod("r", "web", "10.1.0.1", "n1", 8080)),
-        Object::Pod(not_ready),
-        Object::Pod(terminating),
-    ];
-    let (mut c, mut store) = setup(svc.clone(), pods);
-    assert_eq!(
-        subsets(&store, "web"),
-        vec![(
-            vec!["10.1.0.1".to_string()],
-            vec!["10.1.0.2".to_string()],
-            vec![8080]
-        )]
-    );
-    let ep = store.endpoints("web").unwrap();
-    let addr = &ep.subsets.as_ref().unwrap()[0].addresses.as_ref().unwrap()[0];
-    assert_eq!(addr.node_name.as_deref(), Some("n1"));
-    let target = addr.target_ref.as_ref().unwrap();
-    assert_eq!(
-        (
-            target.kind.as_deref(),
-            target.name.as_deref(),
-            target.uid.as_deref()
-        ),
-        (Some("Pod"), Some("r"), Some("uid-r"))
-    );
-    assert_eq!(ep.metadata.labels.as_ref().unwrap()["team"], "a");
-    assert!(ep.metadata.annotations.is_none());
-
-    // publishNotReadyAddresses: every pod, terminating ones included, is a ready address.
-    let mut publish = svc;
-    publish.spec.as_mut().unwrap().publish_not_ready_addresses = Some(true);
-    store.apply(&c.on_put(&Object::Service(publish)));
-    assert_eq!(
-        subsets(&store, "web"),
-        vec![(
-            vec![
-                "10.1.0.1".to_string(),
-                "10.1.0.2".to_string(),
-                "10.1.0.3".to_string()
-            ],
-            vec![],
-            vec![8080]
-        )]
-    );
-}
-
-#[test]
-fn endpoints_pack_ports_that_share_the_same_addresses() {
-    let svc = mk_service(
-        "api",
-        &[("app", "api")],
-        vec![
-            svc_port("web", 80, IntOrString::String("http".into())),
-            svc_port("admin", 9000, IntOrString::Int(9000)),
-        ],
-    );
-    let mut lacking = mk_pod("b", "api", "10.1.0.2", "n0", 1);
-    lacking.spec.as_mut().unwrap().containers[0].ports = None;
-    let pods = vec![
-        Object::Pod(mk_pod("a", "api", "10.1.0.1", "n0", 8080)),
-        Object::Pod(lacking),
-    ];
-    let (_, store) = setup(svc, pods);
-    let mut got = subsets(&store, "api");
-    got.sort();
-    assert_eq!(
-        got,
-        vec![
-            (vec!["10.1.0.1".to_string()], vec![], vec![8080]),
-            (
-                vec!["10.1.0.1".to_string(), "10.1.0.2".to_string()],
-                vec![],
-                vec![9000]
-            ),
-        ]
-    );
-}
-
-#[test]
-fn endpoints_are_cut_at_a_thousand_addresses_and_annotated_until_back_under() {
-    let svc = mk_service(
-        "ds",
-        &[("app", "ds")],
-        vec![svc_port("metrics", 9100, IntOrString::Int(9100))],
-    );
-    let (mut c, mut store) = setup(svc, mk_pods("ds", 1001));
-    let count = |store: &Store| -> usize {
-        subsets(store, "ds")
-            .iter()
-            .map(|(r, n, _)| r.len() + n.len())
-            .sum()
-    };
-    assert_eq!(count(&store), 1000);
-    let annotations = |store: &Store| store.endpoints("ds").unwrap().metadata.annotations.clone();
-    assert_eq!(
-        annotations(&store),
-        Some(BTreeMap::from([(
-            "endpoints.kubernetes.io/over-capacity".to_string(),
-            "truncated".to_string()
-        )]))
-    );
-    store.apply(&c.on_delete(Kind::Pod, Some("default"), "p0"));
-    assert_eq!(count(&store), 1000);
-    assert_eq!(
-        annotations(&store),
-        None,
-        "exactly 1000 fits: the annotation goes"
-    );
-}
-
-#[test]
-fn truncation_keeps_ready_addresses_before_not_ready_ones() {
-    let svc = mk_service(
-        "web",
-        &[("app", "web")],
-        vec![svc_port("http", 80, IntOrString::Int(8080))],
-    );
-    let mut pods = mk_pods("web", 990);
-    for i in 0..20 {
-        let mut p = mk_pod(
-            &format!("nr{i}"),
-            "web",
-            &format!("10.2.0.{}", i + 1),
-            "n0",
-            8080,
-        );
-        set_ready(&mut p, false);
-        pods.push(Object::Pod(p));
-    }
-    let (_, store) = setup(svc, pods);
-    let s = subsets(&store, "web");
-    assert_eq!(s.len(), 1);
-    assert_eq!((s[0].0.len(), s[0].1.len()), (990, 10));
-}
-
-#[test]
-fn an_unchanged_service_writes_nothing() {
-    let svc = mk_service(
-        "web",
-        &[("app", "web")],
-        vec![svc_port("http", 80, IntOrString::Int(8080))],
-    );
-    let (mut c, _) = setup(svc.clone(), mk_pods("web", 3));
-    assert!(c.on_put(&Object::Service(svc.clone())).is_empty());
-    let mut relabelled = svc;
-    relabelled.metadata.labels = labels(&[("team", "b")]);
-    let w = c.on_put(&Object::Service(relabelled));
-    assert_eq!(
-        w.len(),
-        2,
-        "the slice and the Endpoints mirror the new labels"
-    );
 }

@@ -10,7 +10,6 @@ use k8s_openapi::api::core::v1::{
     NamespaceSpec, NamespaceStatus, Node, NodeAddress, NodeCondition, NodeDaemonEndpoints,
     NodeSpec, NodeStatus, NodeSystemInfo, Service, ServicePort, ServiceSpec,
 };
-use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::api::discovery::v1::{
     Endpoint, EndpointConditions, EndpointPort as SlicePort, EndpointSlice,
 };
@@ -18,6 +17,7 @@ use k8s_openapi::api::networking::v1::{
     HTTPIngressPath, HTTPIngressRuleValue, Ingress, IngressBackend, IngressRule,
     IngressServiceBackend, IngressSpec, IngressTLS, ServiceBackendPort,
 };
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use rand::RngExt;

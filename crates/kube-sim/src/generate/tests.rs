@@ -410,3 +410,29 @@ fn over_a_thousand_nodes_truncate_node_exporter_endpoints_but_not_its_slices() {
         )])
     );
 }
+
+#[test]
+fn degenerate_specs_generate_without_panicking() {
+    let spec = ClusterSpec {
+        nodes: 0,
+        namespaces: 0,
+        services: 0,
+        pods: 0,
+        zones: 0,
+        istio_fraction: f64::NAN,
+        annotated_fraction: 7.0,
+        node_cidr: "192.168.0.0/30".parse().unwrap(),
+        pod_cidr: "127.0.0.0/31".parse().unwrap(),
+        ..ClusterSpec::small()
+    };
+    assert!(spec.validate().is_err());
+    let c = generate(&spec, 1);
+    assert_eq!(count(&c, Kind::Node), 1);
+    assert!(
+        pods(&c)
+            .iter()
+            .all(|p| p.status.as_ref().unwrap().pod_ip.is_none())
+    );
+    let mut churn = crate::churn::Churn::new(1, &c);
+    assert!(!churn.next_events(20).is_empty());
+}
