@@ -526,7 +526,7 @@ impl Generator {
                 kind: WorkloadKind::DaemonSet,
                 replicas: self.spec.nodes,
                 template: pods::node_exporter_template(),
-                service: Some(extras::node_exporter_service()),
+                service: Some(extras::node_exporter_service(self.family())),
                 variant: None,
             },
         ];

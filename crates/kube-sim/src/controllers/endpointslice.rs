@@ -151,9 +151,10 @@ impl SliceController {
                 }
             }
             let desired = desired_endpoints(input, family);
-            for (ports, endpoints) in desired.iter() {
-                let current = by_ports.get(ports).map(Vec::as_slice).unwrap_or(&[]);
-                let (c, u, d) = reconcile_port_group(current, endpoints.clone(), &labels);
+            let desired_ports: Vec<PortKey> = desired.keys().cloned().collect();
+            for (ports, endpoints) in desired {
+                let current = by_ports.get(&ports).map(Vec::as_slice).unwrap_or(&[]);
+                let (c, u, d) = reconcile_port_group(current, endpoints, &labels);
                 fam_create.extend(c.into_iter().map(|mut slice| {
                     slice.address_type = family;
                     slice.ports = ports.clone();
@@ -164,7 +165,7 @@ impl SliceController {
                 fam_delete.extend(d);
             }
             for (ports, slices) in &by_ports {
-                if !desired.contains_key(ports) {
+                if !desired_ports.contains(ports) {
                     fam_delete.extend(slices.iter().map(|(n, _)| (*n).clone()));
                 }
             }

@@ -123,7 +123,7 @@ pub(crate) fn app_service(
 }
 
 /// monitoring/node-exporter, headless as kube-prometheus ships it.
-pub(crate) fn node_exporter_service() -> Service {
+pub(crate) fn node_exporter_service(family: &str) -> Service {
     let labels = map(&[
         ("app.kubernetes.io/name", "node-exporter"),
         ("app.kubernetes.io/component", "exporter"),
@@ -143,7 +143,7 @@ pub(crate) fn node_exporter_service() -> Service {
         )],
         None,
         true,
-        "IPv4",
+        family,
     )
 }
 

@@ -304,6 +304,9 @@ pub(crate) fn kube_proxy_template() -> Pod {
 }
 
 /// monitoring/node-exporter: one per node, metrics on 9100.
+///
+/// NB: the real one runs with `hostNetwork: true` (pod IP = node IP); here its pods get pod-CIDR
+/// addresses like every other pod, so pod IPs stay unique and a loopback pod CIDR covers them.
 pub(crate) fn node_exporter_template() -> Pod {
     let c = container(
         "node-exporter",

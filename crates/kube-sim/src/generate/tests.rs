@@ -436,3 +436,32 @@ fn degenerate_specs_generate_without_panicking() {
     let mut churn = crate::churn::Churn::new(1, &c);
     assert!(!churn.next_events(20).is_empty());
 }
+
+#[test]
+fn an_ipv6_pod_cidr_gives_ipv6_services_and_slices() {
+    let spec = ClusterSpec {
+        pod_cidr: "fd00:1::/64".parse().unwrap(),
+        node_cidr: "fd00:2::/112".parse().unwrap(),
+        ..ClusterSpec::small()
+    };
+    let c = generate(&spec, 2);
+    let mut ctl = EndpointsControllers::new();
+    let writes = ctl.on_puts(c.objects.iter());
+    let mut v6_endpoints = 0;
+    for w in &writes {
+        if let Write::Put(Object::EndpointSlice(s)) = w {
+            assert_eq!(s.address_type, "IPv6");
+            v6_endpoints += s.endpoints.len();
+        }
+    }
+    assert!(v6_endpoints > 150, "{v6_endpoints}");
+    for o in &c.objects {
+        if let Object::Service(s) = o {
+            let spec = s.spec.as_ref().unwrap();
+            assert_eq!(spec.ip_families.as_deref(), Some(&["IPv6".to_string()][..]));
+            if let Some(ip) = spec.cluster_ip.as_deref().filter(|ip| *ip != "None") {
+                assert!(ip.parse::<std::net::Ipv6Addr>().is_ok(), "{ip}");
+            }
+        }
+    }
+}
