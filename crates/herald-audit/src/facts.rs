@@ -36,7 +36,8 @@ pub struct Monitored<'c> {
 ///
 /// The metrics-only heuristic: a Service is metrics-only when (1) its type is ClusterIP, (2) every
 /// one of its ports is scraped by a selecting ServiceMonitor endpoint (by `port` name, or by the
-/// deprecated `targetPort` against the port's target or number), (3) no Ingress routes to it (when
+/// deprecated `targetPort` against the port's target or number) and is named for metrics (its name
+/// or target name contains `metric`, `prom`, `monitoring` or `telemetry`), (3) no Ingress routes to it (when
 /// Ingresses are in the input), and (4) it is not `default/kubernetes`. Anything else carries
 /// traffic, and the reasons are kept as evidence.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -107,6 +108,19 @@ pub fn port_label(port: &ServicePort) -> String {
         .unwrap_or_else(|| port.port.to_string())
 }
 
+/// Whether a Service port is named as a metrics port (`metrics`, `http-metrics`, `prom`,
+/// `http-monitoring`, `telemetry`...), by its own name or by the container port name it targets.
+fn named_for_metrics(port: &ServicePort) -> bool {
+    let metricsy = |n: &str| {
+        let n = n.to_ascii_lowercase();
+        ["metric", "prom", "monitoring", "telemetry"]
+            .iter()
+            .any(|w| n.contains(w))
+    };
+    port.name.as_deref().is_some_and(metricsy)
+        || matches!(&port.target_port, Some(IntOrString::String(t)) if metricsy(t))
+}
+
 /// Whether a ServiceMonitor endpoint scrapes this Service port.
 fn endpoint_scrapes(ep: &crate::custom::ScrapeEndpoint, port: &ServicePort) -> bool {
     if let Some(name) = ep.port.as_deref().filter(|n| !n.is_empty()) {
@@ -153,6 +167,16 @@ fn monitored_services(c: &Cluster) -> Vec<Monitored<'_>> {
                 .any(|m| m.spec.endpoints.iter().any(|ep| endpoint_scrapes(ep, port)));
             if hit {
                 scraped.insert(port_label(port));
+                // NB: a scraped port is not proof of a metrics port: a web app often serves
+                // /metrics on its only (traffic) port. Recreating such a Service headless would
+                // break its clients, so only ports named for metrics count.
+                if !named_for_metrics(port) {
+                    reasons.push(format!(
+                        "port {} ({}) is scraped but not named for metrics: it may serve traffic too",
+                        port_label(port),
+                        port.port
+                    ));
+                }
             } else {
                 reasons.push(format!(
                     "port {} ({}) is not scraped",
@@ -292,7 +316,7 @@ mod tests {
         let c = mk_cluster(vec![
             mk_service(
                 "by-target",
-                json!([{"name": "web", "port": 80, "targetPort": 9090}]),
+                json!([{"name": "http-metrics", "port": 80, "targetPort": 9090}]),
             ),
             mk_service(
                 "mixed",
@@ -312,7 +336,11 @@ mod tests {
         assert_eq!(
             mixed.class,
             ServiceClass::Traffic {
-                reasons: vec!["port grpc (7000) is not scraped".into()]
+                reasons: vec![
+                    "port 9090 (9090) is scraped but not named for metrics: it may serve traffic too"
+                        .into(),
+                    "port grpc (7000) is not scraped".into()
+                ]
             }
         );
         assert_eq!(mixed.scraped_ports.iter().collect::<Vec<_>>(), ["9090"]);

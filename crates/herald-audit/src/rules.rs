@@ -4,7 +4,9 @@
 mod endpoints;
 mod fanout;
 mod kube_proxy;
+mod mtls;
 mod pods;
+mod scrapes;
 mod services;
 
 use crate::custom::{Prometheus, ServiceMonitor};
@@ -56,7 +58,7 @@ pub const RULES: &[Rule] = &[
     services::ISTIO_EXPORT,
     kube_proxy::IPTABLES,
     pods::MULTI_PORT_ANNOTATIONS,
-    pods::STRICT_MTLS_SCRAPE,
+    mtls::STRICT_MTLS_SCRAPE,
     fanout::WATCH_FANOUT,
 ];
 
