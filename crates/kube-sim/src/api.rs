@@ -293,12 +293,13 @@ pub async fn handle(
         }
     };
     let is_watch = query.watch || target.watch_path;
+    let as_table = crate::table::wanted(headers.get(header::ACCEPT).and_then(|v| v.to_str().ok()));
     let verb = verb(&method, &target, is_watch);
     if is_watch {
         if method != Method::GET {
             return ApiError::method_not_allowed("watch is a GET").into_response();
         }
-        return match watch::start(shared.clone(), &target, query, &ua) {
+        return match watch::start(shared.clone(), &target, query, &ua, as_table) {
             Ok(resp) => {
                 shared.meter.request("WATCH", resource, 200, &ua, 0);
                 resp
@@ -310,6 +311,8 @@ pub async fn handle(
         };
     }
     let result = match method {
+        Method::GET if as_table => read(&shared, &target, &query)
+            .map(|(code, body)| (code, as_table_body(target.kind, &body))),
         Method::GET => read(&shared, &target, &query),
         Method::POST | Method::PUT => match axum::body::to_bytes(body, MAX_BODY_BYTES).await {
             Ok(bytes) => write(&shared, &target, &query, &method, &bytes),
@@ -346,6 +349,23 @@ fn verb(method: &Method, target: &Target, watch: bool) -> String {
         (m, _, _) => m.as_str(),
     }
     .to_string()
+}
+
+/// Re-encodes a list or object body as a Table (only for clients that asked for one: kubectl).
+fn as_table_body(kind: Kind, body: &[u8]) -> Bytes {
+    let Ok(v) = serde_json::from_slice::<Value>(body) else {
+        return Bytes::copy_from_slice(body);
+    };
+    let t = match v.get("items").and_then(Value::as_array) {
+        Some(items) => crate::table::table(kind, items, v["metadata"].clone(), true),
+        None => crate::table::table(
+            kind,
+            std::slice::from_ref(&v),
+            serde_json::json!({"resourceVersion": v["metadata"]["resourceVersion"]}),
+            true,
+        ),
+    };
+    Bytes::from(t.to_string())
 }
 
 pub fn json_response(code: StatusCode, body: Bytes) -> Response {

@@ -19,6 +19,7 @@ pub mod server;
 pub mod sim;
 pub mod status;
 pub mod store;
+pub mod table;
 pub mod watch;
 
 pub use faults::Fault;

@@ -90,6 +90,7 @@ pub fn start(
     target: &Target,
     mut q: Query,
     ua: &str,
+    as_table: bool,
 ) -> Result<Response, ApiError> {
     let start = start_mode(&q)?;
     if let Start::After(rv) = start {
@@ -123,6 +124,7 @@ pub fn start(
         q,
         tx,
         guard,
+        table_columns_sent: as_table.then(|| std::sync::atomic::AtomicBool::new(false)),
     };
     tokio::spawn(w.run(start, timeout));
     let stream =
@@ -156,6 +158,8 @@ struct Watch {
     q: Query,
     tx: mpsc::Sender<Bytes>,
     guard: WatchGuard,
+    /// Set when the client asked for Tables (kubectl get -w): whether the column definitions went out.
+    table_columns_sent: Option<std::sync::atomic::AtomicBool>,
 }
 
 impl Watch {
@@ -167,10 +171,31 @@ impl Watch {
     }
 
     async fn send(&self, line: Bytes) -> Result<(), End> {
+        let line = match &self.table_columns_sent {
+            Some(sent) => self.as_table(&line, sent),
+            None => line,
+        };
         let n = line.len() as u64;
         self.tx.send(line).await.map_err(|_| End::ClientGone)?;
         self.guard.sent(n);
         Ok(())
+    }
+
+    /// An object event re-encoded with a one-row Table, as the apiserver does for Table watches.
+    fn as_table(&self, line: &Bytes, columns_sent: &std::sync::atomic::AtomicBool) -> Bytes {
+        let Ok(mut ev) = serde_json::from_slice::<serde_json::Value>(line) else {
+            return line.clone();
+        };
+        if !matches!(ev["type"].as_str(), Some("ADDED" | "MODIFIED" | "DELETED")) {
+            return line.clone();
+        }
+        let first = !columns_sent.swap(true, std::sync::atomic::Ordering::Relaxed);
+        let obj = ev["object"].take();
+        let meta = serde_json::json!({"resourceVersion": obj["metadata"]["resourceVersion"]});
+        ev["object"] = crate::table::table(self.kind, &[obj], meta, first);
+        let mut out = ev.to_string().into_bytes();
+        out.push(b'\n');
+        Bytes::from(out)
     }
 
     fn bookmark(&self, rv: u64, initial_end: bool) -> Bytes {

@@ -66,6 +66,24 @@ async fn kubectl_gets_lists_watches_creates_replaces_and_deletes() {
     // get and list, cluster-wide and per namespace, built-in and custom kinds
     let ns = k.ok(&["get", "namespaces"]).await;
     assert!(ns.contains("kube-system") && ns.contains("default"), "{ns}");
+    // Server-side printing: kubectl shows the apiserver's columns.
+    let table = k.ok(&["get", "pods", "-A"]).await;
+    let header: Vec<&str> = table
+        .lines()
+        .next()
+        .unwrap_or("")
+        .split_whitespace()
+        .collect();
+    assert_eq!(
+        header,
+        ["NAMESPACE", "NAME", "READY", "STATUS", "RESTARTS", "AGE"],
+        "{table}"
+    );
+    let svc = k.ok(&["get", "services", "-A"]).await;
+    assert!(
+        svc.lines().next().unwrap_or("").contains("CLUSTER-IP"),
+        "{svc}"
+    );
     let pods: serde_json::Value =
         serde_json::from_str(&k.ok(&["get", "pods", "-A", "-o", "json"]).await).expect("json");
     let n_pods = sim.handle().objects_json(kube_sim::Kind::Pod).len();

@@ -393,3 +393,54 @@ async fn injected_errors_and_restarts_answer_like_an_overloaded_apiserver() {
         .expect("post");
     assert_eq!(bad.status(), 400);
 }
+
+#[tokio::test]
+async fn pods_are_selected_by_node_name_and_phase_on_a_generated_cluster() {
+    let sim = start(
+        kube_sim::generate::ClusterSpec::small(),
+        1000,
+        kube_sim::Settings::default(),
+    )
+    .await;
+    let pods = sim.handle().objects_json(kube_sim::Kind::Pod);
+    let node = pods[0]["spec"]["nodeName"]
+        .as_str()
+        .expect("scheduled")
+        .to_string();
+    let on_node = pods
+        .iter()
+        .filter(|p| p["spec"]["nodeName"] == node.as_str())
+        .count();
+    let pending = pods
+        .iter()
+        .filter(|p| p["status"]["phase"] == "Pending")
+        .count();
+    let (_, body) = get_json(&format!(
+        "{}/api/v1/pods?fieldSelector=spec.nodeName%3D{node}",
+        sim.url()
+    ))
+    .await;
+    assert_eq!(body["items"].as_array().expect("items").len(), on_node);
+    let (_, body) = get_json(&format!(
+        "{}/api/v1/pods?fieldSelector=status.phase%21%3DPending",
+        sim.url()
+    ))
+    .await;
+    assert_eq!(
+        body["items"].as_array().expect("items").len(),
+        pods.len() - pending
+    );
+    let (_, body) = get_json(&format!(
+        "{}/api/v1/pods?fieldSelector=spec.nodeName%3D{node},status.phase%3DRunning&labelSelector=!no-such-label",
+        sim.url()
+    ))
+    .await;
+    let running_on_node = pods
+        .iter()
+        .filter(|p| p["spec"]["nodeName"] == node.as_str() && p["status"]["phase"] == "Running")
+        .count();
+    assert_eq!(
+        body["items"].as_array().expect("items").len(),
+        running_on_node
+    );
+}
