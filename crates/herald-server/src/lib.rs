@@ -1,1 +1,30 @@
-//! herald-server
+//! herald-server: the running herald — one upstream list+watch per kind (kube-rs), a synchronous
+//! discovery index over the cached objects, and the HTTP faces serving Prometheus HTTP SD to any
+//! number of consumers.
+//!
+//! Layers, bottom up: `cluster` (typed per-kind stores and the per-job lookup), `filter` (a job's
+//! namespaces and selectors), `fragment` (a group as pre-encoded HTTP SD JSON), `index` (per-job groups, recomputed
+//! incrementally), `snapshot`
+//! (encoded bodies + ETags per job/shard/generation), `state` (what tasks and handlers share),
+//! `upstream` (watch tasks), `http` (axum router), `serve` (wiring).
+
+pub mod cluster;
+pub mod filter;
+pub mod fragment;
+pub mod http;
+pub mod index;
+pub mod metrics;
+pub mod serve;
+pub mod snapshot;
+pub mod state;
+pub mod upstream;
+
+pub use cluster::{Object, ObjectKey, StoredObject, WatchKind};
+pub use filter::{FilterError, JobFilter, JobSpec};
+pub use fragment::Fragment;
+pub use http::app;
+pub use index::Index;
+pub use serve::{Herald, ServeError, ServeOptions, USER_AGENT, job_specs};
+pub use snapshot::{Encoded, Shard};
+pub use state::Shared;
+pub use upstream::InitialList;

@@ -1,1 +1,21 @@
-fn main() {}
+//! herald: one Kubernetes discovery for every Prometheus. `herald serve` runs it against a cluster,
+//! `herald demo` against an in-process kube-sim; `herald audit` reviews a cluster's discovery setup.
+//! This file only parses arguments and dispatches.
+
+mod audit;
+mod cli;
+mod demo;
+mod serve;
+
+use clap::Parser;
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let cli = cli::Cli::parse();
+    cli::init_tracing(cli.log_format);
+    match cli.command {
+        cli::Command::Serve(args) => serve::run(args).await,
+        cli::Command::Demo(args) => demo::run(args).await,
+        cli::Command::Audit(args) => audit::run(args).await,
+    }
+}

@@ -1,0 +1,567 @@
+//! The cluster as herald last saw it: one typed store per watched kind, decoding of upstream objects,
+//! and the per-job `Lookup` that role code reads through (filtered and dependency-recording).
+
+use std::cell::{OnceCell, RefCell};
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use herald_core::{AttachMetadata, Lookup, Role};
+use k8s_openapi::api::core::v1::{Endpoints, Namespace, Node, Pod, Service};
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+use k8s_openapi::api::networking::v1::Ingress;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use serde::de::DeserializeOwned;
+
+use crate::filter::JobFilter;
+
+/// A kind herald watches upstream. Never more than one watch per kind, whatever the jobs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum WatchKind {
+    Namespace,
+    Node,
+    Service,
+    Pod,
+    Endpoints,
+    EndpointSlice,
+    Ingress,
+}
+
+impl WatchKind {
+    pub const ALL: [WatchKind; 7] = [
+        WatchKind::Namespace,
+        WatchKind::Node,
+        WatchKind::Service,
+        WatchKind::Pod,
+        WatchKind::Endpoints,
+        WatchKind::EndpointSlice,
+        WatchKind::Ingress,
+    ];
+
+    /// The plural resource name, as in API paths and metric labels.
+    pub fn plural(self) -> &'static str {
+        match self {
+            WatchKind::Namespace => "namespaces",
+            WatchKind::Node => "nodes",
+            WatchKind::Service => "services",
+            WatchKind::Pod => "pods",
+            WatchKind::Endpoints => "endpoints",
+            WatchKind::EndpointSlice => "endpointslices",
+            WatchKind::Ingress => "ingresses",
+        }
+    }
+
+    pub fn from_plural(plural: &str) -> Option<WatchKind> {
+        WatchKind::ALL.into_iter().find(|k| k.plural() == plural)
+    }
+
+    pub fn namespaced(self) -> bool {
+        !matches!(self, WatchKind::Namespace | WatchKind::Node)
+    }
+
+    /// The kind whose objects each become one target group of a job with this role.
+    pub fn primary(role: Role) -> WatchKind {
+        match role {
+            Role::Node => WatchKind::Node,
+            Role::Service => WatchKind::Service,
+            Role::Pod => WatchKind::Pod,
+            Role::Endpoints => WatchKind::Endpoints,
+            Role::EndpointSlice => WatchKind::EndpointSlice,
+            Role::Ingress => WatchKind::Ingress,
+        }
+    }
+
+    /// Every kind a role reads, as the informers Prometheus starts for it
+    /// (prometheus/prometheus: discovery/kubernetes/kubernetes.go, `Discovery.Run`).
+    pub fn needed(role: Role, attach: AttachMetadata) -> Vec<WatchKind> {
+        let mut kinds = vec![WatchKind::primary(role)];
+        if matches!(role, Role::Endpoints | Role::EndpointSlice) {
+            kinds.extend([WatchKind::Service, WatchKind::Pod]);
+        }
+        // NB: attach_metadata.node only applies to the roles that know a node (pod, endpoints,
+        // endpointslice); Prometheus ignores it for the others.
+        if attach.node && matches!(role, Role::Pod | Role::Endpoints | Role::EndpointSlice) {
+            kinds.push(WatchKind::Node);
+        }
+        if attach.namespace && role != Role::Node {
+            kinds.push(WatchKind::Namespace);
+        }
+        kinds.sort();
+        kinds.dedup();
+        kinds
+    }
+}
+
+/// An object's identity within its kind. Cluster-scoped objects have an empty namespace.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ObjectKey {
+    pub namespace: String,
+    pub name: String,
+}
+
+impl ObjectKey {
+    pub fn new(namespace: &str, name: &str) -> ObjectKey {
+        ObjectKey {
+            namespace: namespace.to_string(),
+            name: name.to_string(),
+        }
+    }
+
+    fn of(meta: &ObjectMeta) -> ObjectKey {
+        ObjectKey {
+            namespace: meta.namespace.clone().unwrap_or_default(),
+            name: meta.name.clone().unwrap_or_default(),
+        }
+    }
+}
+
+impl std::fmt::Display for ObjectKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.namespace.is_empty() {
+            f.write_str(&self.name)
+        } else {
+            write!(f, "{}/{}", self.namespace, self.name)
+        }
+    }
+}
+
+/// Why an upstream object could not be used.
+#[derive(Debug, thiserror::Error)]
+pub enum DecodeError {
+    #[error("{kind} {key}: {source}")]
+    Invalid {
+        kind: &'static str,
+        key: String,
+        #[source]
+        source: serde_json::Error,
+    },
+    #[error("{kind} object without metadata.name")]
+    MissingName { kind: &'static str },
+}
+
+/// One decoded object of a watched kind. Cheap to clone.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Object {
+    Namespace(Arc<Namespace>),
+    Node(Arc<Node>),
+    Service(Arc<Service>),
+    Pod(Arc<Pod>),
+    Endpoints(Arc<Endpoints>),
+    EndpointSlice(Arc<EndpointSlice>),
+    Ingress(Arc<Ingress>),
+}
+
+impl Object {
+    /// Decodes a raw upstream object of `kind`. `managedFields` are dropped: discovery never reads
+    /// them and they are often the largest part of an object.
+    pub fn decode(kind: WatchKind, value: serde_json::Value) -> Result<Object, DecodeError> {
+        fn typed<T: DeserializeOwned>(
+            kind: WatchKind,
+            value: serde_json::Value,
+        ) -> Result<T, DecodeError> {
+            let key = value
+                .get("metadata")
+                .map(|m| {
+                    let ns = m.get("namespace").and_then(|v| v.as_str()).unwrap_or("");
+                    let name = m.get("name").and_then(|v| v.as_str()).unwrap_or("");
+                    ObjectKey::new(ns, name).to_string()
+                })
+                .unwrap_or_default();
+            serde_json::from_value(value).map_err(|source| DecodeError::Invalid {
+                kind: kind.plural(),
+                key,
+                source,
+            })
+        }
+        let obj = match kind {
+            WatchKind::Namespace => Object::Namespace(Arc::new(typed(kind, value)?)),
+            WatchKind::Node => Object::Node(Arc::new(typed(kind, value)?)),
+            WatchKind::Service => Object::Service(Arc::new(typed(kind, value)?)),
+            WatchKind::Pod => Object::Pod(Arc::new(typed(kind, value)?)),
+            WatchKind::Endpoints => Object::Endpoints(Arc::new(typed(kind, value)?)),
+            WatchKind::EndpointSlice => Object::EndpointSlice(Arc::new(typed(kind, value)?)),
+            WatchKind::Ingress => Object::Ingress(Arc::new(typed(kind, value)?)),
+        };
+        if obj.meta().name.as_deref().unwrap_or("").is_empty() {
+            return Err(DecodeError::MissingName {
+                kind: kind.plural(),
+            });
+        }
+        Ok(obj.without_managed_fields())
+    }
+
+    /// The object's JSON, as stored.
+    pub fn to_json(&self) -> Bytes {
+        fn enc<T: serde::Serialize>(o: &T) -> Bytes {
+            Bytes::from(serde_json::to_vec(o).expect("k8s-openapi types always serialize"))
+        }
+        match self {
+            Object::Namespace(o) => enc(&**o),
+            Object::Node(o) => enc(&**o),
+            Object::Service(o) => enc(&**o),
+            Object::Pod(o) => enc(&**o),
+            Object::Endpoints(o) => enc(&**o),
+            Object::EndpointSlice(o) => enc(&**o),
+            Object::Ingress(o) => enc(&**o),
+        }
+    }
+
+    /// Decodes JSON that `to_json` produced from an object of the same kind.
+    fn from_stored_json(kind: WatchKind, json: &[u8]) -> Object {
+        fn dec<T: DeserializeOwned>(json: &[u8]) -> Arc<T> {
+            Arc::new(
+                serde_json::from_slice(json)
+                    .expect("stored JSON was encoded from the same k8s-openapi type"),
+            )
+        }
+        match kind {
+            WatchKind::Namespace => Object::Namespace(dec(json)),
+            WatchKind::Node => Object::Node(dec(json)),
+            WatchKind::Service => Object::Service(dec(json)),
+            WatchKind::Pod => Object::Pod(dec(json)),
+            WatchKind::Endpoints => Object::Endpoints(dec(json)),
+            WatchKind::EndpointSlice => Object::EndpointSlice(dec(json)),
+            WatchKind::Ingress => Object::Ingress(dec(json)),
+        }
+    }
+
+    fn without_managed_fields(mut self) -> Object {
+        fn strip<T: Clone>(o: &mut Arc<T>, meta: impl Fn(&mut T) -> &mut ObjectMeta) {
+            // Freshly decoded, so the Arc is unique and make_mut does not copy.
+            meta(Arc::make_mut(o)).managed_fields = None;
+        }
+        match &mut self {
+            Object::Namespace(o) => strip(o, |o| &mut o.metadata),
+            Object::Node(o) => strip(o, |o| &mut o.metadata),
+            Object::Service(o) => strip(o, |o| &mut o.metadata),
+            Object::Pod(o) => strip(o, |o| &mut o.metadata),
+            Object::Endpoints(o) => strip(o, |o| &mut o.metadata),
+            Object::EndpointSlice(o) => strip(o, |o| &mut o.metadata),
+            Object::Ingress(o) => strip(o, |o| &mut o.metadata),
+        }
+        self
+    }
+
+    pub fn kind(&self) -> WatchKind {
+        match self {
+            Object::Namespace(_) => WatchKind::Namespace,
+            Object::Node(_) => WatchKind::Node,
+            Object::Service(_) => WatchKind::Service,
+            Object::Pod(_) => WatchKind::Pod,
+            Object::Endpoints(_) => WatchKind::Endpoints,
+            Object::EndpointSlice(_) => WatchKind::EndpointSlice,
+            Object::Ingress(_) => WatchKind::Ingress,
+        }
+    }
+
+    pub fn meta(&self) -> &ObjectMeta {
+        match self {
+            Object::Namespace(o) => &o.metadata,
+            Object::Node(o) => &o.metadata,
+            Object::Service(o) => &o.metadata,
+            Object::Pod(o) => &o.metadata,
+            Object::Endpoints(o) => &o.metadata,
+            Object::EndpointSlice(o) => &o.metadata,
+            Object::Ingress(o) => &o.metadata,
+        }
+    }
+
+    pub fn key(&self) -> ObjectKey {
+        ObjectKey::of(self.meta())
+    }
+
+    pub fn labels(&self) -> &BTreeMap<String, String> {
+        static EMPTY: BTreeMap<String, String> = BTreeMap::new();
+        self.meta().labels.as_ref().unwrap_or(&EMPTY)
+    }
+
+    /// The value of a field-selector field, for the fields the apiserver supports on this kind
+    /// (kubernetes: pkg/registry/core/pod/strategy.go `PodToSelectableFields`, and the generic
+    /// `metadata.name` / `metadata.namespace` for every kind).
+    pub fn field(&self, field: &str) -> Option<String> {
+        let meta = self.meta();
+        match field {
+            "metadata.name" => return Some(meta.name.clone().unwrap_or_default()),
+            "metadata.namespace" => return Some(meta.namespace.clone().unwrap_or_default()),
+            _ => {}
+        }
+        match self {
+            Object::Pod(p) => {
+                let spec = p.spec.as_ref();
+                let status = p.status.as_ref();
+                match field {
+                    "spec.nodeName" => {
+                        Some(spec.and_then(|s| s.node_name.clone()).unwrap_or_default())
+                    }
+                    "spec.restartPolicy" => Some(
+                        spec.and_then(|s| s.restart_policy.clone())
+                            .unwrap_or_default(),
+                    ),
+                    "spec.schedulerName" => Some(
+                        spec.and_then(|s| s.scheduler_name.clone())
+                            .unwrap_or_default(),
+                    ),
+                    "spec.serviceAccountName" => Some(
+                        spec.and_then(|s| s.service_account_name.clone())
+                            .unwrap_or_default(),
+                    ),
+                    "spec.hostNetwork" => Some(
+                        spec.and_then(|s| s.host_network)
+                            .unwrap_or(false)
+                            .to_string(),
+                    ),
+                    "status.phase" => {
+                        Some(status.and_then(|s| s.phase.clone()).unwrap_or_default())
+                    }
+                    "status.podIP" => {
+                        Some(status.and_then(|s| s.pod_ip.clone()).unwrap_or_default())
+                    }
+                    "status.nominatedNodeName" => Some(
+                        status
+                            .and_then(|s| s.nominated_node_name.clone())
+                            .unwrap_or_default(),
+                    ),
+                    _ => None,
+                }
+            }
+            Object::Node(n) if field == "spec.unschedulable" => Some(
+                n.spec
+                    .as_ref()
+                    .and_then(|s| s.unschedulable)
+                    .unwrap_or(false)
+                    .to_string(),
+            ),
+            Object::EndpointSlice(s) if field == "addressType" => Some(s.address_type.clone()),
+            Object::Namespace(n) if field == "status.phase" => Some(
+                n.status
+                    .as_ref()
+                    .and_then(|s| s.phase.clone())
+                    .unwrap_or_default(),
+            ),
+            _ => None,
+        }
+    }
+}
+
+/// How an object is kept between uses: its compact JSON plus its labels (for label selectors),
+/// decoded on demand while groups are built. NB: a k8s-openapi `Pod` takes ~13 KiB in memory
+/// (`Container` alone is 2 KiB inline, mostly `None`s) against ~2.5 KiB of JSON, so holding 150,000
+/// typed pods would cost ~2 GiB.
+#[derive(Debug)]
+pub struct Stored {
+    json: Bytes,
+    labels: BTreeMap<String, String>,
+    decoded: OnceCell<Object>,
+}
+
+impl Stored {
+    pub fn new(obj: &Object) -> Stored {
+        Stored {
+            json: obj.to_json(),
+            labels: obj.labels().clone(),
+            decoded: OnceCell::new(),
+        }
+    }
+
+    pub fn labels(&self) -> &BTreeMap<String, String> {
+        &self.labels
+    }
+}
+
+/// An object in its stored form, with its identity: what a relist buffers (typed objects would make
+/// the buffer of a 150,000-pod relist cost 2 GiB).
+#[derive(Debug)]
+pub struct StoredObject {
+    pub kind: WatchKind,
+    pub key: ObjectKey,
+    pub stored: Stored,
+}
+
+impl From<Object> for StoredObject {
+    fn from(obj: Object) -> StoredObject {
+        StoredObject {
+            kind: obj.kind(),
+            key: obj.key(),
+            stored: Stored::new(&obj),
+        }
+    }
+}
+
+/// Decoded objects kept at most, between releases, while groups are rebuilt: enough to share decodes
+/// between neighbouring groups (slices of one Service read the same pods), few enough to bound the
+/// memory they take (~30 MiB of pods).
+pub const DECODED_BUDGET: usize = 2_048;
+
+/// Every watched object, by kind then key. Keys are ordered, so a namespace is a contiguous range.
+#[derive(Debug, Default)]
+pub struct Cluster {
+    stores: BTreeMap<WatchKind, BTreeMap<ObjectKey, Stored>>,
+    /// Objects decoded since the last `release_decoded`.
+    decoded: RefCell<Vec<(WatchKind, ObjectKey)>>,
+}
+
+impl Cluster {
+    pub fn get(&self, kind: WatchKind, key: &ObjectKey) -> Option<&Stored> {
+        self.stores.get(&kind)?.get(key)
+    }
+
+    /// The object, decoded (once until the next `release_decoded`).
+    pub fn object(&self, kind: WatchKind, key: &ObjectKey) -> Option<&Object> {
+        let stored = self.get(kind, key)?;
+        Some(stored.decoded.get_or_init(|| {
+            self.decoded.borrow_mut().push((kind, key.clone()));
+            Object::from_stored_json(kind, &stored.json)
+        }))
+    }
+
+    /// Whether `filter` admits the stored object; decodes it only for field selectors.
+    pub fn admits(&self, filter: &JobFilter, kind: WatchKind, key: &ObjectKey) -> bool {
+        let Some(stored) = self.get(kind, key) else {
+            return false;
+        };
+        filter.admits_parts(kind, &key.namespace, &stored.labels, |field| {
+            self.object(kind, key).and_then(|o| o.field(field))
+        })
+    }
+
+    pub fn decoded_count(&self) -> usize {
+        self.decoded.borrow().len()
+    }
+
+    /// Drops every decoded object, keeping only the JSON.
+    pub fn release_decoded(&mut self) {
+        let decoded = std::mem::take(self.decoded.get_mut());
+        for (kind, key) in decoded {
+            if let Some(stored) = self.stores.get_mut(&kind).and_then(|s| s.get_mut(&key)) {
+                stored.decoded.take();
+            }
+        }
+    }
+
+    /// Stores `obj`. Returns whether anything changed (a byte-equal object is not a change).
+    pub fn insert(&mut self, obj: &Object) -> bool {
+        let stored = Stored::new(obj);
+        let store = self.stores.entry(obj.kind()).or_default();
+        let key = obj.key();
+        if store.get(&key).is_some_and(|old| old.json == stored.json) {
+            return false;
+        }
+        store.insert(key, stored);
+        true
+    }
+
+    pub fn remove(&mut self, kind: WatchKind, key: &ObjectKey) -> bool {
+        self.stores
+            .get_mut(&kind)
+            .is_some_and(|s| s.remove(key).is_some())
+    }
+
+    /// Replaces every object of `kind` with `objects`, except that the stored versions of `keep`
+    /// are kept. Returns the keys that changed, appeared or went.
+    pub fn replace(
+        &mut self,
+        kind: WatchKind,
+        objects: Vec<StoredObject>,
+        keep: &[ObjectKey],
+    ) -> Vec<ObjectKey> {
+        let mut old = self.stores.remove(&kind).unwrap_or_default();
+        let mut fresh: BTreeMap<ObjectKey, Stored> = objects
+            .into_iter()
+            .filter(|o| o.kind == kind)
+            .map(|o| (o.key, o.stored))
+            .collect();
+        for key in keep {
+            if !fresh.contains_key(key)
+                && let Some(stored) = old.remove(key)
+            {
+                fresh.insert(key.clone(), stored);
+            }
+        }
+        let mut changed: Vec<ObjectKey> = old
+            .iter()
+            .filter(|(k, o)| fresh.get(*k).is_none_or(|n| n.json != o.json))
+            .map(|(k, _)| k.clone())
+            .collect();
+        changed.extend(fresh.keys().filter(|k| !old.contains_key(*k)).cloned());
+        self.stores.insert(kind, fresh);
+        changed
+    }
+
+    pub fn count(&self, kind: WatchKind) -> usize {
+        self.stores.get(&kind).map_or(0, BTreeMap::len)
+    }
+
+    pub fn keys(&self, kind: WatchKind) -> impl Iterator<Item = &ObjectKey> {
+        self.stores.get(&kind).into_iter().flat_map(|s| s.keys())
+    }
+}
+
+/// Something a group was built from besides its own object: a later change to it must rebuild the group.
+pub type Dependency = (WatchKind, ObjectKey);
+
+/// The `Lookup` one job's role code reads: only objects the job's namespaces and selectors admit
+/// (Prometheus's informers for a job only ever hold those), recording every lookup — found or not —
+/// so the index knows which groups to rebuild when a looked-up object appears, changes or goes.
+pub struct JobLookup<'a> {
+    cluster: &'a Cluster,
+    filter: &'a JobFilter,
+    seen: RefCell<Vec<Dependency>>,
+}
+
+impl<'a> JobLookup<'a> {
+    pub fn new(cluster: &'a Cluster, filter: &'a JobFilter) -> JobLookup<'a> {
+        JobLookup {
+            cluster,
+            filter,
+            seen: RefCell::new(Vec::new()),
+        }
+    }
+
+    pub fn into_dependencies(self) -> Vec<Dependency> {
+        let mut deps = self.seen.into_inner();
+        deps.sort();
+        deps.dedup();
+        deps
+    }
+
+    fn find(&self, kind: WatchKind, namespace: &str, name: &str) -> Option<&'a Object> {
+        let key = ObjectKey::new(namespace, name);
+        let found = if self.cluster.admits(self.filter, kind, &key) {
+            self.cluster.object(kind, &key)
+        } else {
+            None
+        };
+        self.seen.borrow_mut().push((kind, key));
+        found
+    }
+}
+
+impl Lookup for JobLookup<'_> {
+    fn pod(&self, namespace: &str, name: &str) -> Option<&Pod> {
+        match self.find(WatchKind::Pod, namespace, name)? {
+            Object::Pod(p) => Some(p),
+            _ => None,
+        }
+    }
+
+    fn service(&self, namespace: &str, name: &str) -> Option<&Service> {
+        match self.find(WatchKind::Service, namespace, name)? {
+            Object::Service(s) => Some(s),
+            _ => None,
+        }
+    }
+
+    fn node(&self, name: &str) -> Option<&Node> {
+        match self.find(WatchKind::Node, "", name)? {
+            Object::Node(n) => Some(n),
+            _ => None,
+        }
+    }
+
+    fn namespace(&self, name: &str) -> Option<&Namespace> {
+        match self.find(WatchKind::Namespace, "", name)? {
+            Object::Namespace(n) => Some(n),
+            _ => None,
+        }
+    }
+}

@@ -1,0 +1,66 @@
+//! herald's HTTP faces: HTTP service discovery under `/sd/v1`, and the admin endpoints
+//! (`/healthz`, `/readyz`, `/metrics`). `app` builds the router so tests drive it without a socket.
+
+mod admin;
+mod query;
+mod sd;
+
+use std::sync::Arc;
+
+use axum::Router;
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+
+use crate::state::Shared;
+
+pub use query::{QueryError, SdQuery, parse_duration};
+
+/// The whole HTTP surface over `shared`.
+pub fn app(shared: Arc<Shared>) -> Router {
+    Router::new()
+        .route("/sd/v1", get(sd::list_jobs))
+        .route("/sd/v1/", get(sd::list_jobs))
+        .route("/sd/v1/{job}", get(sd::job))
+        .route("/healthz", get(admin::healthz))
+        .route("/readyz", get(admin::readyz))
+        .route("/metrics", get(admin::metrics))
+        .fallback(|| async { ApiError::NotFound("no such path".into()) })
+        .with_state(shared)
+}
+
+/// An error answered as a small JSON body `{"error": "..."}` with its status code.
+#[derive(Debug, thiserror::Error)]
+pub enum ApiError {
+    #[error("{0}")]
+    NotFound(String),
+    #[error(transparent)]
+    BadQuery(#[from] QueryError),
+    #[error("job {0:?} has not completed its first sync with the apiserver yet")]
+    NotSynced(String),
+}
+
+impl ApiError {
+    fn status(&self) -> StatusCode {
+        match self {
+            ApiError::NotFound(_) => StatusCode::NOT_FOUND,
+            ApiError::BadQuery(_) => StatusCode::BAD_REQUEST,
+            ApiError::NotSynced(_) => StatusCode::SERVICE_UNAVAILABLE,
+        }
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let status = self.status();
+        let body = serde_json::json!({ "error": self.to_string() });
+        let mut res = (status, axum::Json(body)).into_response();
+        if status == StatusCode::SERVICE_UNAVAILABLE {
+            res.headers_mut().insert(
+                axum::http::header::RETRY_AFTER,
+                axum::http::HeaderValue::from_static("1"),
+            );
+        }
+        res
+    }
+}

@@ -1,0 +1,271 @@
+//! `GET /sd/v1/{job}`: Prometheus HTTP SD (<https://prometheus.io/docs/prometheus/latest/http_sd/>) with
+//! ETags, conditional requests and long-polls; `GET /sd/v1`: the job list.
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use axum::Json;
+use axum::extract::{Path, RawQuery, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use tokio::time::Instant;
+
+use super::ApiError;
+use super::query::SdQuery;
+use crate::metrics::{CodeLabels, EncodingLabels};
+use crate::snapshot::Encoded;
+use crate::state::Shared;
+
+/// Prometheus's http_sd sends its refresh interval in this header
+/// (prometheus/prometheus: discovery/http/http.go).
+const REFRESH_HEADER: &str = "x-prometheus-refresh-interval-seconds";
+
+pub async fn list_jobs(State(shared): State<Arc<Shared>>) -> Json<serde_json::Value> {
+    let jobs: Vec<serde_json::Value> = shared
+        .jobs()
+        .iter()
+        .enumerate()
+        .map(|(j, h)| {
+            let (generation, targets, groups) = shared.job_counts(j);
+            serde_json::json!({
+                "job": h.name,
+                "role": h.role.as_str(),
+                "url": format!("/sd/v1/{}", h.name),
+                "targets": targets,
+                "groups": groups,
+                "generation": generation,
+                "synced": shared.job_synced(j),
+                "stale": shared.job_stale(j),
+            })
+        })
+        .collect();
+    Json(serde_json::Value::Array(jobs))
+}
+
+pub async fn job(
+    State(shared): State<Arc<Shared>>,
+    Path(name): Path<String>,
+    RawQuery(raw): RawQuery,
+    headers: HeaderMap,
+) -> Response {
+    let res = match serve_job(&shared, &name, raw.as_deref(), &headers).await {
+        Ok(res) => res,
+        Err(e) => e.into_response(),
+    };
+    shared
+        .metrics
+        .sd_requests
+        .get_or_create(&CodeLabels {
+            code: res.status().as_str().to_string(),
+        })
+        .inc();
+    res
+}
+
+async fn serve_job(
+    shared: &Shared,
+    name: &str,
+    raw: Option<&str>,
+    headers: &HeaderMap,
+) -> Result<Response, ApiError> {
+    let j = shared
+        .job(name)
+        .ok_or_else(|| ApiError::NotFound(format!("unknown job {name:?}")))?;
+    let query = SdQuery::parse(raw)?;
+    // Until every kind the job reads has synced, any body would be partial: refuse, and Prometheus
+    // keeps its previous targets (a failed refresh is not an empty one).
+    if !shared.job_synced(j) {
+        return Err(ApiError::NotSynced(name.to_string()));
+    }
+    let if_none_match = headers
+        .get(header::IF_NONE_MATCH)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_string);
+
+    // Subscribe before reading, so a change between the read and the wait is not missed.
+    let mut changes = shared.subscribe(j);
+    changes.borrow_and_update();
+    let mut encoded = shared.encoded(j, query.shard);
+
+    if let (Some(wait), Some(inm)) = (query.wait, if_none_match.as_deref())
+        && etag_matches(inm, &encoded.etag)
+    {
+        let deadline = Instant::now() + cap_wait(wait, headers);
+        shared.metrics.sd_waiting.inc();
+        let _waiting = WaitingGuard(shared);
+        while etag_matches(inm, &encoded.etag) {
+            let changed = tokio::select! {
+                changed = tokio::time::timeout_at(deadline, changes.changed()) => changed,
+                () = shared.shutdown_token().cancelled() => break,
+            };
+            match changed {
+                Ok(Ok(())) => {
+                    changes.borrow_and_update();
+                    encoded = shared.encoded(j, query.shard);
+                }
+                // Timed out, or the job's sender is gone: answer with what we have.
+                Ok(Err(_)) | Err(_) => break,
+            }
+        }
+    }
+
+    shared.served.fetch_add(1, Ordering::Relaxed);
+    let stale = shared.job_stale(j);
+    Ok(respond(
+        shared,
+        &encoded,
+        if_none_match.as_deref(),
+        headers,
+        stale,
+    ))
+}
+
+/// Decrements the waiting-long-polls gauge however the wait ends (including a dropped connection).
+struct WaitingGuard<'a>(&'a Shared);
+
+impl Drop for WaitingGuard<'_> {
+    fn drop(&mut self) {
+        self.0.metrics.sd_waiting.dec();
+    }
+}
+
+/// The wait, kept below the client's refresh interval when it tells us one, so a long-poll never
+/// makes a Prometheus refresh time out.
+fn cap_wait(wait: Duration, headers: &HeaderMap) -> Duration {
+    let refresh = headers
+        .get(REFRESH_HEADER)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().parse::<f64>().ok())
+        .filter(|s| s.is_finite() && *s > 0.0)
+        .map(Duration::from_secs_f64);
+    match refresh {
+        Some(r) => wait.min(r.mul_f64(0.9)),
+        None => wait,
+    }
+}
+
+/// RFC 9110 `If-None-Match`: `*`, or a list of entity tags compared weakly.
+fn etag_matches(if_none_match: &str, etag: &str) -> bool {
+    let strip = |t: &str| t.trim().trim_start_matches("W/").to_string();
+    let ours = strip(etag);
+    if_none_match
+        .split(',')
+        .any(|t| t.trim() == "*" || strip(t) == ours)
+}
+
+/// Whether the client accepts gzip (`Accept-Encoding: gzip` without `q=0`).
+fn accepts_gzip(headers: &HeaderMap) -> bool {
+    headers
+        .get_all(header::ACCEPT_ENCODING)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .any(|coding| {
+            let mut parts = coding.split(';');
+            let name = parts.next().unwrap_or("").trim();
+            let q_zero = parts.any(|p| {
+                p.trim()
+                    .strip_prefix("q=")
+                    .and_then(|q| q.trim().parse::<f64>().ok())
+                    .is_some_and(|q| q == 0.0)
+            });
+            (name.eq_ignore_ascii_case("gzip") || name == "*") && !q_zero
+        })
+}
+
+fn respond(
+    shared: &Shared,
+    encoded: &Encoded,
+    if_none_match: Option<&str>,
+    headers: &HeaderMap,
+    stale: bool,
+) -> Response {
+    let mut res = if if_none_match.is_some_and(|inm| etag_matches(inm, &encoded.etag)) {
+        StatusCode::NOT_MODIFIED.into_response()
+    } else if accepts_gzip(headers) {
+        let body = encoded.gzip();
+        count_bytes(shared, "gzip", body.len());
+        let mut res = body.into_response();
+        res.headers_mut()
+            .insert(header::CONTENT_ENCODING, HeaderValue::from_static("gzip"));
+        res
+    } else {
+        count_bytes(shared, "identity", encoded.json.len());
+        encoded.json.clone().into_response()
+    };
+    let h = res.headers_mut();
+    h.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    h.insert(header::VARY, HeaderValue::from_static("Accept-Encoding"));
+    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+    if let Ok(v) = HeaderValue::from_str(&encoded.etag) {
+        h.insert(header::ETAG, v);
+    }
+    h.insert("x-herald-generation", HeaderValue::from(encoded.generation));
+    h.insert(
+        "x-herald-targets",
+        HeaderValue::from(encoded.targets as u64),
+    );
+    if stale {
+        h.insert("x-herald-stale", HeaderValue::from_static("true"));
+    }
+    res
+}
+
+fn count_bytes(shared: &Shared, encoding: &str, n: usize) {
+    shared
+        .metrics
+        .sd_bytes
+        .get_or_create(&EncodingLabels {
+            encoding: encoding.to_string(),
+        })
+        .inc_by(n as u64);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn if_none_match_compares_lists_weakly_and_accepts_star() {
+        assert!(etag_matches("\"a\"", "\"a\""));
+        assert!(etag_matches("\"x\", W/\"a\"", "\"a\""));
+        assert!(etag_matches("*", "\"a\""));
+        assert!(!etag_matches("\"b\"", "\"a\""));
+    }
+
+    #[test]
+    fn gzip_is_chosen_unless_refused_with_q_zero() {
+        let mk = |v: &str| {
+            let mut h = HeaderMap::new();
+            h.insert(
+                header::ACCEPT_ENCODING,
+                HeaderValue::from_str(v).expect("ascii"),
+            );
+            h
+        };
+        assert!(accepts_gzip(&mk("gzip, deflate")));
+        assert!(accepts_gzip(&mk("br;q=1.0, gzip;q=0.5")));
+        assert!(!accepts_gzip(&mk("gzip;q=0")));
+        assert!(!accepts_gzip(&mk("identity")));
+        assert!(!accepts_gzip(&HeaderMap::new()));
+    }
+
+    #[test]
+    fn waits_stay_below_the_prometheus_refresh_interval() {
+        let mut h = HeaderMap::new();
+        assert_eq!(
+            cap_wait(Duration::from_secs(30), &h),
+            Duration::from_secs(30)
+        );
+        h.insert(REFRESH_HEADER, HeaderValue::from_static("10"));
+        assert_eq!(
+            cap_wait(Duration::from_secs(30), &h),
+            Duration::from_secs(9)
+        );
+        assert_eq!(cap_wait(Duration::from_secs(2), &h), Duration::from_secs(2));
+    }
+}

@@ -1,0 +1,229 @@
+//! The discovery index: every job's target groups, maintained incrementally from per-kind
+//! `apply` / `delete` / `reset` calls. Synchronous and single-writer; the upstream tasks feed it and
+//! the HTTP face cuts snapshots from it, both under one short-held lock.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::Arc;
+
+use herald_core::{Role, TargetGroup};
+
+use crate::cluster::{
+    Cluster, DECODED_BUDGET, Dependency, JobLookup, Object, ObjectKey, StoredObject, WatchKind,
+};
+use crate::filter::JobSpec;
+use crate::fragment::Fragment;
+
+/// Which jobs an index operation changed (by position in the job list).
+pub type Changed = BTreeSet<usize>;
+
+/// One job's current output.
+#[derive(Debug, Default)]
+struct JobState {
+    /// Groups keyed by their object's key: ordered, so responses list groups in a stable order.
+    /// Kept encoded: label maps cost several times their JSON, and responses only ever need the JSON.
+    groups: BTreeMap<ObjectKey, Arc<Fragment>>,
+    /// What each group was built from besides its own object.
+    deps: HashMap<ObjectKey, Vec<Dependency>>,
+    /// Bumped once per index operation that changed this job's groups.
+    generation: u64,
+    targets: usize,
+}
+
+/// A consistent cut of one job: its groups at one generation.
+#[derive(Debug, Clone)]
+pub struct JobCut {
+    pub generation: u64,
+    pub groups: Vec<Arc<Fragment>>,
+}
+
+/// Every job's target groups over one `Cluster`.
+#[derive(Debug)]
+pub struct Index {
+    cluster: Cluster,
+    specs: Vec<JobSpec>,
+    jobs: Vec<JobState>,
+    /// Reverse dependencies: a looked-up object → the (job, group key) pairs built from it.
+    dependents: HashMap<Dependency, BTreeSet<(usize, ObjectKey)>>,
+}
+
+impl Index {
+    pub fn new(specs: Vec<JobSpec>) -> Index {
+        let jobs = specs.iter().map(|_| JobState::default()).collect();
+        Index {
+            cluster: Cluster::default(),
+            specs,
+            jobs,
+            dependents: HashMap::new(),
+        }
+    }
+
+    pub fn specs(&self) -> &[JobSpec] {
+        &self.specs
+    }
+
+    pub fn cluster(&self) -> &Cluster {
+        &self.cluster
+    }
+
+    /// An object was added or modified.
+    pub fn apply(&mut self, obj: Object) -> Changed {
+        let kind = obj.kind();
+        let key = obj.key();
+        if !self.cluster.insert(&obj) {
+            return Changed::new();
+        }
+        self.settle([(kind, key)])
+    }
+
+    /// An object was deleted.
+    pub fn delete(&mut self, kind: WatchKind, key: &ObjectKey) -> Changed {
+        if !self.cluster.remove(kind, key) {
+            return Changed::new();
+        }
+        self.settle([(kind, key.clone())])
+    }
+
+    /// A relist finished: `objects` is now the whole of `kind`, except that objects under `keep`
+    /// (listed, but not decodable) keep their stored version. Only objects that differ from what was
+    /// stored are recomputed, and all of it happens in this one call, so no reader ever sees a mix of
+    /// the old and the new list.
+    pub fn reset(
+        &mut self,
+        kind: WatchKind,
+        objects: Vec<impl Into<StoredObject>>,
+        keep: &[ObjectKey],
+    ) -> Changed {
+        let objects = objects.into_iter().map(Into::into).collect();
+        let changed = self.cluster.replace(kind, objects, keep);
+        self.settle(changed.into_iter().map(|key| (kind, key)))
+    }
+
+    /// The generation and groups of job `job`.
+    pub fn cut(&self, job: usize) -> JobCut {
+        let state = &self.jobs[job];
+        JobCut {
+            generation: state.generation,
+            groups: state.groups.values().cloned().collect(),
+        }
+    }
+
+    pub fn generation(&self, job: usize) -> u64 {
+        self.jobs[job].generation
+    }
+
+    pub fn targets(&self, job: usize) -> usize {
+        self.jobs[job].targets
+    }
+
+    pub fn groups(&self, job: usize) -> usize {
+        self.jobs[job].groups.len()
+    }
+
+    /// Recomputes every group that `touched` objects feed, and bumps the generation of each job whose
+    /// output changed.
+    fn settle(&mut self, touched: impl IntoIterator<Item = Dependency>) -> Changed {
+        let mut work: BTreeSet<(usize, ObjectKey)> = BTreeSet::new();
+        for (kind, key) in touched {
+            for (j, spec) in self.specs.iter().enumerate() {
+                if WatchKind::primary(spec.role) == kind {
+                    work.insert((j, key.clone()));
+                }
+            }
+            if let Some(deps) = self.dependents.get(&(kind, key.clone())) {
+                work.extend(deps.iter().cloned());
+            }
+            // NB: a Namespace change also reaches groups that never looked the Namespace up because it
+            // did not exist yet; those lookups were recorded too, so the dependents map covers them.
+        }
+        let mut changed = Changed::new();
+        for (j, key) in work {
+            if self.recompute(j, &key) {
+                changed.insert(j);
+            }
+            if self.cluster.decoded_count() > DECODED_BUDGET {
+                self.cluster.release_decoded();
+            }
+        }
+        self.cluster.release_decoded();
+        for &j in &changed {
+            self.jobs[j].generation += 1;
+        }
+        changed
+    }
+
+    /// Rebuilds job `j`'s group for object `key` of its primary kind. Returns whether it changed.
+    fn recompute(&mut self, j: usize, key: &ObjectKey) -> bool {
+        let spec = &self.specs[j];
+        let kind = WatchKind::primary(spec.role);
+        let built = self
+            .cluster
+            .admits(&spec.filter, kind, key)
+            .then(|| self.cluster.object(kind, key))
+            .flatten()
+            .map(|obj| {
+                let lookup = JobLookup::new(&self.cluster, &spec.filter);
+                let group = Fragment::of(&build_group(spec, obj, &lookup));
+                (group, lookup.into_dependencies())
+            });
+
+        let state = &mut self.jobs[j];
+        if let Some(old) = state.deps.remove(key) {
+            for dep in old {
+                if let Some(set) = self.dependents.get_mut(&dep) {
+                    set.remove(&(j, key.clone()));
+                    if set.is_empty() {
+                        self.dependents.remove(&dep);
+                    }
+                }
+            }
+        }
+        match built {
+            None => match state.groups.remove(key) {
+                Some(old) => {
+                    state.targets -= old.targets();
+                    true
+                }
+                None => false,
+            },
+            Some((group, deps)) => {
+                for dep in &deps {
+                    self.dependents
+                        .entry(dep.clone())
+                        .or_default()
+                        .insert((j, key.clone()));
+                }
+                state.deps.insert(key.clone(), deps);
+                if state.groups.get(key).is_some_and(|old| **old == group) {
+                    return false;
+                }
+                state.targets += group.targets();
+                if let Some(old) = state.groups.insert(key.clone(), Arc::new(group)) {
+                    state.targets -= old.targets();
+                }
+                true
+            }
+        }
+    }
+}
+
+/// The role's group for `obj`, from herald-core (the single implementation of Prometheus's labels).
+fn build_group(spec: &JobSpec, obj: &Object, lookup: &JobLookup<'_>) -> TargetGroup {
+    let attach = spec.attach;
+    match (spec.role, obj) {
+        (Role::Pod, Object::Pod(o)) => herald_core::pod_group(o, lookup, attach),
+        (Role::Service, Object::Service(o)) => herald_core::service_group(o, lookup, attach),
+        (Role::Endpoints, Object::Endpoints(o)) => herald_core::endpoints_group(o, lookup, attach),
+        (Role::EndpointSlice, Object::EndpointSlice(o)) => {
+            herald_core::endpointslice_group(o, lookup, attach)
+        }
+        (Role::Node, Object::Node(o)) => herald_core::node_group(o, lookup, attach),
+        (Role::Ingress, Object::Ingress(o)) => herald_core::ingress_group(o, lookup, attach),
+        (role, obj) => unreachable!(
+            "the index only builds a {role:?} job's groups from its primary kind, not {:?}",
+            obj.kind()
+        ),
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,134 @@
+//! herald's own metrics (`/metrics`, Prometheus text format via prometheus-client): upstream watches,
+//! relists and events per kind, cache sizes, per-job targets, and what the SD face served.
+
+use std::sync::atomic::AtomicU64;
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::registry::Registry;
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct KindLabels {
+    pub kind: String,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct EventLabels {
+    pub kind: String,
+    /// `apply`, `delete`, or `relist_object` (an object of a relist).
+    pub event: String,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct JobLabels {
+    pub job: String,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct CodeLabels {
+    pub code: String,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct EncodingLabels {
+    pub encoding: String,
+}
+
+/// Every metric herald exports. Cheap handles: clone freely.
+#[derive(Debug, Default, Clone)]
+pub struct Metrics {
+    pub upstream_watches: Family<KindLabels, Counter>,
+    pub upstream_lists: Family<KindLabels, Counter>,
+    pub upstream_relists: Family<KindLabels, Counter>,
+    pub upstream_events: Family<EventLabels, Counter>,
+    pub upstream_errors: Family<KindLabels, Counter>,
+    pub upstream_malformed: Family<KindLabels, Counter>,
+    pub upstream_stale: Family<KindLabels, Gauge>,
+    pub upstream_last_event_age: Family<KindLabels, Gauge<f64, AtomicU64>>,
+    pub objects: Family<KindLabels, Gauge>,
+    pub job_targets: Family<JobLabels, Gauge>,
+    pub sd_requests: Family<CodeLabels, Counter>,
+    pub sd_bytes: Family<EncodingLabels, Counter>,
+    pub sd_waiting: Gauge,
+}
+
+impl Metrics {
+    /// A registry holding every metric, names prefixed `herald_`.
+    pub fn registry(&self) -> Registry {
+        let mut r = Registry::with_prefix("herald");
+        r.register(
+            "upstream_watches",
+            "Watch requests herald started upstream, per kind",
+            self.upstream_watches.clone(),
+        );
+        r.register(
+            "upstream_lists",
+            "List requests herald made upstream, per kind",
+            self.upstream_lists.clone(),
+        );
+        r.register(
+            "upstream_relists",
+            "Full resyncs (initial list or relist after 410) per kind",
+            self.upstream_relists.clone(),
+        );
+        r.register(
+            "upstream_events",
+            "Objects received from upstream, per kind and event",
+            self.upstream_events.clone(),
+        );
+        r.register(
+            "upstream_errors",
+            "Upstream list/watch errors per kind",
+            self.upstream_errors.clone(),
+        );
+        r.register(
+            "upstream_malformed_objects",
+            "Upstream objects skipped because they did not decode, per kind",
+            self.upstream_malformed.clone(),
+        );
+        r.register(
+            "upstream_stale",
+            "1 while the kind's upstream watch is failing and its last good state is served",
+            self.upstream_stale.clone(),
+        );
+        r.register(
+            "upstream_last_event_age_seconds",
+            "Seconds since the last upstream event or resync of the kind",
+            self.upstream_last_event_age.clone(),
+        );
+        r.register(
+            "cached_objects",
+            "Objects cached per kind",
+            self.objects.clone(),
+        );
+        r.register(
+            "job_targets",
+            "Targets each job currently serves",
+            self.job_targets.clone(),
+        );
+        r.register(
+            "sd_requests",
+            "HTTP SD requests by status code",
+            self.sd_requests.clone(),
+        );
+        r.register(
+            "sd_bytes_served",
+            "HTTP SD body bytes sent, by content encoding",
+            self.sd_bytes.clone(),
+        );
+        r.register(
+            "sd_waiting_requests",
+            "Long-poll requests currently waiting for a change",
+            self.sd_waiting.clone(),
+        );
+        r
+    }
+
+    pub fn kind(kind: &str) -> KindLabels {
+        KindLabels {
+            kind: kind.to_string(),
+        }
+    }
+}

@@ -1,0 +1,264 @@
+//! Encoded snapshots: one job (or one shard of it) at one generation, as HTTP SD JSON and gzip, with
+//! its ETag. Encoded once and shared by every response until the job changes.
+
+use std::collections::HashMap;
+use std::io::Write as _;
+use std::sync::{Arc, Mutex, OnceLock};
+
+use bytes::Bytes;
+use flate2::Compression;
+use flate2::write::GzEncoder;
+use herald_core::hashmod;
+use md5::{Digest, Md5};
+
+use crate::fragment::Fragment;
+
+/// Shard `index` of `count`, as Prometheus's `hashmod` on `__address__` with modulus `count` followed
+/// by `keep` on `index` (the relabelling prometheus-operator injects for `spec.shards`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Shard {
+    pub index: u64,
+    pub count: u64,
+}
+
+impl Shard {
+    pub fn holds(self, address: &str) -> bool {
+        hashmod(address, self.count) == self.index
+    }
+}
+
+/// One encoded response body.
+#[derive(Debug)]
+pub struct Encoded {
+    pub generation: u64,
+    pub targets: usize,
+    pub json: Bytes,
+    /// A strong ETag from the body's MD5, so equal content keeps its ETag across relists and restarts.
+    pub etag: String,
+    gzip: OnceLock<Bytes>,
+}
+
+impl Encoded {
+    /// Joins the fragments (in their stable order), keeping only the shard's entries.
+    pub fn build(generation: u64, groups: &[Arc<Fragment>], shard: Option<Shard>) -> Encoded {
+        let capacity = 2 + groups.iter().map(|g| g.json().len() + 1).sum::<usize>();
+        let mut json = Vec::with_capacity(if shard.is_some() {
+            capacity / 2
+        } else {
+            capacity
+        });
+        json.push(b'[');
+        let mut targets = 0;
+        let push = |object: &[u8], json: &mut Vec<u8>| {
+            if json.len() > 1 {
+                json.push(b',');
+            }
+            json.extend_from_slice(object);
+        };
+        for group in groups {
+            match shard {
+                None if group.targets() > 0 => {
+                    push(group.json(), &mut json);
+                    targets += group.targets();
+                }
+                None => {}
+                Some(s) => {
+                    for (address, object) in group.entries() {
+                        if s.holds(address) {
+                            push(object, &mut json);
+                            targets += 1;
+                        }
+                    }
+                }
+            }
+        }
+        json.push(b']');
+        let json = Bytes::from(json);
+        let digest = Md5::digest(&json);
+        let etag = format!(
+            "\"{}\"",
+            digest
+                .iter()
+                .map(|b| format!("{b:02x}"))
+                .collect::<String>()
+        );
+        Encoded {
+            generation,
+            targets,
+            json,
+            etag,
+            gzip: OnceLock::new(),
+        }
+    }
+
+    /// The gzip body, compressed on first use and kept.
+    pub fn gzip(&self) -> Bytes {
+        self.gzip
+            .get_or_init(|| {
+                let mut enc =
+                    GzEncoder::new(Vec::with_capacity(self.json.len() / 4), Compression::fast());
+                enc.write_all(&self.json)
+                    .expect("writing to an in-memory gzip encoder cannot fail");
+                Bytes::from(
+                    enc.finish()
+                        .expect("finishing an in-memory gzip encoder cannot fail"),
+                )
+            })
+            .clone()
+    }
+}
+
+/// At most this many (job, shard) bodies are kept; beyond it the cache starts over. Bounds memory
+/// when clients ask for many different shard counts.
+const MAX_ENTRIES: usize = 4096;
+
+type Slot = Arc<OnceLock<Arc<Encoded>>>;
+
+/// A body is cached per job and shard (`None`: the whole job).
+type SlotKey = (usize, Option<Shard>);
+
+/// The latest encoded body per (job, shard), keyed with the generation it was requested at.
+#[derive(Debug, Default)]
+pub struct EncodedCache {
+    slots: Mutex<HashMap<SlotKey, (u64, Slot)>>,
+}
+
+impl EncodedCache {
+    /// The body of `job`/`shard` at `generation`, built by `build` if this is the first request for
+    /// it. Concurrent first requests wait for one build instead of each encoding.
+    pub fn get_or_build(
+        &self,
+        job: usize,
+        shard: Option<Shard>,
+        generation: u64,
+        build: impl FnOnce() -> Encoded,
+    ) -> Arc<Encoded> {
+        let slot = {
+            let mut slots = self.slots.lock().expect("encoded cache lock poisoned");
+            match slots.get(&(job, shard)) {
+                Some((g, slot)) if *g == generation => slot.clone(),
+                _ => {
+                    if slots.len() >= MAX_ENTRIES {
+                        slots.clear();
+                    }
+                    let slot: Slot = Arc::default();
+                    slots.insert((job, shard), (generation, slot.clone()));
+                    slot
+                }
+            }
+        };
+        // Outside the map lock: other keys stay available while this one encodes.
+        slot.get_or_init(|| Arc::new(build())).clone()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::io::Read as _;
+
+    use herald_core::{LabelSet, TargetGroup, encode_http_sd, http_sd_entries};
+
+    use super::*;
+
+    fn mk_group(source: &str, addrs: &[&str]) -> Arc<Fragment> {
+        Arc::new(Fragment::of(&TargetGroup {
+            source: source.into(),
+            targets: addrs
+                .iter()
+                .map(|a| LabelSet::from([("__address__".to_string(), a.to_string())]))
+                .collect(),
+            labels: LabelSet::from([("job_label".to_string(), source.to_string())]),
+        }))
+    }
+
+    #[test]
+    fn a_body_equals_herald_core_s_encoding_of_all_groups() {
+        let groups = [
+            TargetGroup {
+                source: "a".into(),
+                targets: vec![LabelSet::from([(
+                    "__address__".into(),
+                    "127.0.0.2:1".into(),
+                )])],
+                labels: LabelSet::from([("x".into(), "1".into())]),
+            },
+            TargetGroup::default(),
+            TargetGroup {
+                source: "c".into(),
+                targets: vec![
+                    LabelSet::from([("__address__".into(), "127.0.0.3:1".into())]),
+                    LabelSet::from([("__address__".into(), "127.0.0.4:1".into())]),
+                ],
+                labels: LabelSet::new(),
+            },
+        ];
+        let fragments: Vec<Arc<Fragment>> =
+            groups.iter().map(|g| Arc::new(Fragment::of(g))).collect();
+        let entries: Vec<_> = groups.iter().flat_map(http_sd_entries).collect();
+        let e = Encoded::build(1, &fragments, None);
+        assert_eq!(e.json.to_vec(), encode_http_sd(&entries));
+        assert_eq!(e.targets, 3);
+        let empty = Encoded::build(1, &[], Some(Shard { index: 0, count: 2 }));
+        assert_eq!(&empty.json[..], b"[]");
+    }
+
+    #[test]
+    fn equal_content_gets_equal_etags_whatever_the_generation() {
+        let groups = vec![mk_group("a", &["1.1.1.1:80"])];
+        let a = Encoded::build(1, &groups, None);
+        let b = Encoded::build(7, &groups, None);
+        assert_eq!(a.etag, b.etag);
+        let c = Encoded::build(8, &[mk_group("a", &["1.1.1.2:80"])], None);
+        assert_ne!(a.etag, c.etag);
+    }
+
+    #[test]
+    fn shards_partition_the_targets_by_prometheus_hashmod() {
+        let addrs: Vec<String> = (0..50).map(|i| format!("127.0.0.{i}:9100")).collect();
+        let refs: Vec<&str> = addrs.iter().map(String::as_str).collect();
+        let groups = vec![mk_group("g", &refs)];
+        let mut seen = Vec::new();
+        for index in 0..3 {
+            let e = Encoded::build(1, &groups, Some(Shard { index, count: 3 }));
+            let v: serde_json::Value = serde_json::from_slice(&e.json).expect("json");
+            for entry in v.as_array().expect("array") {
+                let t = entry["targets"][0].as_str().expect("target").to_string();
+                assert_eq!(hashmod(&t, 3), index);
+                seen.push(t);
+            }
+        }
+        seen.sort();
+        let mut all = addrs.clone();
+        all.sort();
+        assert_eq!(seen, all);
+    }
+
+    #[test]
+    fn gzip_body_inflates_to_the_json_body() {
+        let e = Encoded::build(1, &[mk_group("a", &["1.1.1.1:80", "1.1.1.2:80"])], None);
+        let mut out = Vec::new();
+        flate2::read::GzDecoder::new(&e.gzip()[..])
+            .read_to_end(&mut out)
+            .expect("valid gzip");
+        assert_eq!(out, e.json.to_vec());
+    }
+
+    #[test]
+    fn the_cache_builds_once_per_generation() {
+        let cache = EncodedCache::default();
+        let groups = vec![mk_group("a", &["1.1.1.1:80"])];
+        let mut builds = 0;
+        for _ in 0..3 {
+            cache.get_or_build(0, None, 1, || {
+                builds += 1;
+                Encoded::build(1, &groups, None)
+            });
+        }
+        assert_eq!(builds, 1);
+        cache.get_or_build(0, None, 2, || {
+            builds += 1;
+            Encoded::build(2, &groups, None)
+        });
+        assert_eq!(builds, 2);
+    }
+}

@@ -1,0 +1,336 @@
+//! herald against a real kube-sim on loopback port 0: output equals kube-sim's own state after churn,
+//! convergence through faults without ever serving an empty or partial snapshot, and one upstream watch
+//! per kind however many consumers poll.
+
+#[path = "support/reference.rs"]
+mod reference;
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use herald_server::{Herald, InitialList, JobSpec, ServeOptions, USER_AGENT, job_specs};
+use kube_sim::generate::ClusterSpec;
+use kube_sim::{Fault, Object as SimObject, Sim, SimConfig, Write};
+use reference::{ClusterState, describe_difference};
+
+/// Jobs covering every role, attach_metadata, namespaces and selectors. Several pod jobs share one
+/// upstream watch.
+const JOBS: &str = "\
+jobs:
+- name: pods
+  role: pod
+- name: pods-meta
+  role: pod
+  attach_metadata: {node: true, namespace: true}
+- name: pods-default
+  role: pod
+  namespaces: {names: [default, kube-system]}
+- name: pods-running
+  role: pod
+  selectors:
+  - role: pod
+    field: status.phase=Running
+- name: endpoints
+  role: endpoints
+- name: endpointslices
+  role: endpointslice
+  attach_metadata: {node: true}
+- name: services
+  role: service
+- name: nodes
+  role: node
+- name: ingresses
+  role: ingress
+  attach_metadata: {namespace: true}
+";
+
+fn loopback_cluster() -> ClusterSpec {
+    ClusterSpec {
+        pod_cidr: "127.16.0.0/12".parse().expect("cidr"),
+        node_cidr: "127.8.0.0/16".parse().expect("cidr"),
+        service_cidr: "127.4.0.0/16".parse().expect("cidr"),
+        ..ClusterSpec::small()
+    }
+}
+
+async fn start(churn: f64, initial_list: InitialList) -> (Sim, Herald, Vec<JobSpec>) {
+    // Logs only with RUST_LOG set; captured per test by the test harness.
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+        .with_test_writer()
+        .try_init();
+    let sim = Sim::start(SimConfig {
+        spec: loopback_cluster(),
+        seed: 7,
+        churn_per_sec: churn,
+        ..SimConfig::default()
+    })
+    .await
+    .expect("kube-sim starts");
+    let cfg = herald_core::parse_config(JOBS).expect("valid jobs");
+    let specs = job_specs(&cfg, None).expect("valid specs");
+    let herald = Herald::start(
+        specs.clone(),
+        kube::Config::new(sim.url().parse().expect("url")),
+        ServeOptions {
+            initial_list,
+            ..ServeOptions::default()
+        },
+    )
+    .await
+    .expect("herald starts");
+    tokio::time::timeout(Duration::from_secs(20), herald.ready())
+        .await
+        .expect("herald syncs with kube-sim");
+    (sim, herald, specs)
+}
+
+async fn fetch(client: &reqwest::Client, herald: &Herald, job: &str) -> (u16, Vec<u8>, bool) {
+    let res = client
+        .get(format!("{}/sd/v1/{job}", herald.url()))
+        .send()
+        .await
+        .expect("herald answers");
+    let status = res.status().as_u16();
+    let stale = res.headers().contains_key("x-herald-stale");
+    (status, res.bytes().await.expect("body").to_vec(), stale)
+}
+
+/// Polls until every job's body equals the reference computed over kube-sim's state, or panics with
+/// the differences after `within`.
+async fn assert_converges(sim: &Sim, herald: &Herald, specs: &[JobSpec], within: Duration) {
+    let client = reqwest::Client::new();
+    let deadline = tokio::time::Instant::now() + within;
+    loop {
+        let state = ClusterState::read(&sim.handle());
+        let mut diffs = Vec::new();
+        for spec in specs {
+            let (status, got, _) = fetch(&client, herald, &spec.name).await;
+            let want = state.expected_body(spec);
+            if status != 200 || got != want {
+                diffs.push(format!(
+                    "{} ({status}): {}",
+                    spec.name,
+                    describe_difference(&got, &want)
+                ));
+            }
+        }
+        if diffs.is_empty() {
+            return;
+        }
+        if tokio::time::Instant::now() > deadline {
+            panic!(
+                "herald did not converge on kube-sim's state:\n{}",
+                diffs.join("\n")
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+fn entries(body: &[u8]) -> usize {
+    serde_json::from_slice::<Vec<serde_json::Value>>(body)
+        .expect("json array")
+        .len()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn under_churn_then_quiescence_every_job_equals_kube_sim_s_state() {
+    let (sim, herald, specs) = start(30.0, InitialList::Auto).await;
+    // Non-trivial output for every job (the cluster has pods, nodes, services, ingresses).
+    let client = reqwest::Client::new();
+    for spec in &specs {
+        let (status, body, _) = fetch(&client, &herald, &spec.name).await;
+        assert_eq!(status, 200, "{}", spec.name);
+        assert!(entries(&body) > 0, "job {} has targets", spec.name);
+    }
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    sim.handle().set_churn(0.0);
+    assert_converges(&sim, &herald, &specs, Duration::from_secs(20)).await;
+    herald.stop().await;
+    sim.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn through_faults_herald_converges_and_never_serves_an_empty_or_partial_snapshot() {
+    let (sim, herald, specs) = start(0.0, InitialList::ListWatch).await;
+    let herald = Arc::new(herald);
+    let client = reqwest::Client::new();
+    let mut floor = BTreeMap::new();
+    for spec in &specs {
+        let (_, body, _) = fetch(&client, &herald, &spec.name).await;
+        floor.insert(spec.name.clone(), entries(&body));
+    }
+
+    // Poll every job continuously while faults run; the cluster only grows meanwhile.
+    let stop = Arc::new(AtomicBool::new(false));
+    let saw_stale = Arc::new(AtomicBool::new(false));
+    let poller = {
+        let (herald, stop, saw_stale, floor) = (
+            herald.clone(),
+            stop.clone(),
+            saw_stale.clone(),
+            floor.clone(),
+        );
+        let names: Vec<String> = specs.iter().map(|s| s.name.clone()).collect();
+        tokio::spawn(async move {
+            let client = reqwest::Client::new();
+            let mut polls = 0usize;
+            while !stop.load(Ordering::Relaxed) {
+                for name in &names {
+                    let (status, body, stale) = fetch(&client, &herald, name).await;
+                    assert_eq!(status, 200, "job {name} answered {status} during faults");
+                    let n = entries(&body);
+                    assert!(
+                        n >= floor[name],
+                        "job {name} dropped to {n} targets (from {})",
+                        floor[name]
+                    );
+                    if stale {
+                        saw_stale.store(true, Ordering::Relaxed);
+                    }
+                    polls += 1;
+                }
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+            polls
+        })
+    };
+
+    let sim_h = sim.handle();
+    let relists_before = relists(&herald);
+    sim_h.fault(Fault::CloseWatches).expect("fault");
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    // A restart; while it is down the cluster grows and history is compacted, so herald's resumed
+    // watches get 410 Expired and it must relist.
+    sim_h
+        .fault(Fault::Restart {
+            duration_ms: 2000,
+            refuse: true,
+        })
+        .expect("fault");
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    sim_h.apply(
+        (0..5)
+            .map(|i| Write::Put(SimObject::Pod(mk_extra_pod(i))))
+            .collect(),
+    );
+    sim_h.fault(Fault::Compact).expect("fault");
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    sim_h
+        .fault(Fault::Errors {
+            code: 429,
+            fraction: 0.5,
+            retry_after_seconds: 1,
+        })
+        .expect("fault");
+    sim_h.fault(Fault::CloseWatches).expect("fault");
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    sim_h.fault(Fault::Clear).expect("fault");
+
+    stop.store(true, Ordering::Relaxed);
+    let polls = poller
+        .await
+        .expect("no empty or partial snapshot was served");
+    assert!(polls > 50, "the poller ran throughout ({polls} polls)");
+    assert!(
+        saw_stale.load(Ordering::Relaxed),
+        "the outage was flagged with X-Herald-Stale"
+    );
+    assert_converges(&sim, &herald, &specs, Duration::from_secs(40)).await;
+    assert!(
+        relists(&herald) > relists_before,
+        "compaction made herald relist"
+    );
+    let client = reqwest::Client::new();
+    for spec in &specs {
+        let (_, _, stale) = fetch(&client, &herald, &spec.name).await;
+        assert!(
+            !stale,
+            "job {} is no longer stale after recovery",
+            spec.name
+        );
+    }
+    Arc::into_inner(herald)
+        .expect("poller finished")
+        .stop()
+        .await;
+    sim.shutdown().await;
+}
+
+/// A pod outside every Service, with a loopback IP: it only ever adds targets.
+fn mk_extra_pod(i: usize) -> k8s_openapi::api::core::v1::Pod {
+    serde_json::from_value(serde_json::json!({
+        "metadata": {"namespace": "default", "name": format!("extra-{i}"), "uid": format!("extra-uid-{i}"),
+                     "labels": {"app": "extra"}},
+        "spec": {"nodeName": "node-0", "containers": [
+            {"name": "main", "image": "x", "ports": [{"name": "metrics", "containerPort": 9100}]}]},
+        "status": {"phase": "Running", "podIP": format!("127.31.255.{}", 10 + i),
+                   "conditions": [{"type": "Ready", "status": "True"}]}
+    }))
+    .expect("valid pod")
+}
+
+fn relists(herald: &Herald) -> u64 {
+    let mut text = String::new();
+    prometheus_client::encoding::text::encode(&mut text, herald.shared().registry())
+        .expect("encode");
+    text.lines()
+        .filter(|l| l.starts_with("herald_upstream_relists_total{"))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
+        .sum()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fifty_consumers_cost_kube_sim_exactly_one_watch_per_kind() {
+    let (sim, herald, specs) = start(5.0, InitialList::Auto).await;
+    let herald = Arc::new(herald);
+    let mut consumers = Vec::new();
+    for i in 0..50 {
+        let herald = herald.clone();
+        let name = specs[i % specs.len()].name.clone();
+        consumers.push(tokio::spawn(async move {
+            let client = reqwest::Client::new();
+            let mut ok = 0;
+            for _ in 0..10 {
+                let res = client
+                    .get(format!("{}/sd/v1/{name}", herald.url()))
+                    .send()
+                    .await
+                    .expect("herald answers");
+                if res.status().is_success() {
+                    ok += 1;
+                }
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            ok
+        }));
+    }
+    for c in consumers {
+        assert_eq!(c.await.expect("consumer ran"), 10);
+    }
+    let kinds: Vec<&str> = herald.shared().needed_kinds().map(|k| k.plural()).collect();
+    assert_eq!(kinds.len(), 7, "these jobs need every kind herald knows");
+    let stats = sim.stats();
+    let ours = &stats["by_user_agent"][USER_AGENT];
+    assert_eq!(ours["watches_open"], kinds.len() as u64, "stats: {ours}");
+    assert_eq!(
+        ours["watches_total"],
+        kinds.len() as u64,
+        "no watch was reopened: {ours}"
+    );
+    for kind in kinds {
+        assert_eq!(
+            stats["by_resource"][kind]["watches_open"], 1,
+            "{kind}: {}",
+            stats["by_resource"][kind]
+        );
+    }
+    Arc::into_inner(herald)
+        .expect("consumers finished")
+        .stop()
+        .await;
+    sim.shutdown().await;
+}

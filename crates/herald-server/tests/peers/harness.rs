@@ -1,0 +1,14 @@
+//! Support for the `e2e_peers_*` tests: real Prometheus and vmagent processes, the kube-sim cluster
+//! they judge herald on, and the label comparison between them.
+
+#![allow(dead_code)] // each test binary uses a different subset
+
+pub mod cluster;
+pub mod compare;
+pub mod known;
+pub mod process;
+pub mod prometheus;
+pub mod vmagent;
+
+/// Discovered labels of one target.
+pub type Labels = std::collections::BTreeMap<String, String>;

@@ -1,0 +1,143 @@
+//! `herald demo`: kube-sim in-process (preset `small`, churning, every pod and node address on
+//! loopback) and herald against it over loopback HTTP; prints the SD URLs, a Prometheus
+//! `scrape_configs` snippet and a live one-line summary.
+
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use anyhow::Context as _;
+use herald_server::{Herald, ServeOptions, USER_AGENT, job_specs};
+use kube_sim::generate::ClusterSpec;
+use kube_sim::{Sim, SimConfig};
+
+use crate::cli::DemoArgs;
+
+/// Only roles whose targets are IP addresses: the service and ingress roles yield DNS names
+/// (`svc.ns.svc`, ingress hosts) that a Prometheus would try to resolve, and nothing in the demo
+/// may reach beyond the machine.
+const DEMO_JOBS: &str = "\
+jobs:
+- name: pods
+  role: pod
+- name: endpointslices
+  role: endpointslice
+- name: endpoints
+  role: endpoints
+- name: nodes
+  role: node
+  selectors:
+  - role: node
+    label: kubernetes.io/os=linux
+";
+
+/// The demo cluster: `small`, with pods, nodes and Services on loopback ranges
+/// (127.0.0.0/8; kube-sim never hands out 127.0.0.0 or 127.0.0.1).
+fn demo_cluster() -> ClusterSpec {
+    ClusterSpec {
+        pod_cidr: "127.16.0.0/12".parse().expect("valid literal cidr"),
+        node_cidr: "127.8.0.0/16".parse().expect("valid literal cidr"),
+        service_cidr: "127.4.0.0/16".parse().expect("valid literal cidr"),
+        ..ClusterSpec::small()
+    }
+}
+
+pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
+    anyhow::ensure!(
+        args.listen.ip().is_loopback(),
+        "--listen {} is not a loopback address: the demo stays on this machine",
+        args.listen
+    );
+    let sim = Sim::start(SimConfig {
+        spec: demo_cluster(),
+        seed: args.seed,
+        churn_per_sec: args.churn,
+        ..SimConfig::default()
+    })
+    .await
+    .context("starting kube-sim")?;
+
+    let config = herald_core::parse_config(DEMO_JOBS).context("the demo job file")?;
+    let specs = job_specs(&config, None)?;
+    let herald = Herald::start(
+        specs,
+        kube::Config::new(sim.url().parse().context("kube-sim URL")?),
+        ServeOptions {
+            listen: args.listen,
+            user_agent: USER_AGENT.to_string(),
+            ..ServeOptions::default()
+        },
+    )
+    .await
+    .context("starting herald")?;
+    tokio::time::timeout(Duration::from_secs(30), herald.ready())
+        .await
+        .context("herald did not sync with kube-sim within 30s")?;
+
+    print_intro(&sim, &herald, &config);
+    let summary = async {
+        let mut tick = tokio::time::interval(Duration::from_secs(args.summary_every.max(1)));
+        loop {
+            tick.tick().await;
+            println!("{}", summary_line(&sim, &herald));
+        }
+    };
+    let stop = async {
+        match args.run_for {
+            Some(d) => tokio::time::sleep(d).await,
+            None => crate::serve::shutdown_signal().await,
+        }
+    };
+    tokio::select! {
+        () = summary => {},
+        () = stop => {},
+    }
+    println!("{}", summary_line(&sim, &herald));
+    herald.stop().await;
+    sim.shutdown().await;
+    Ok(())
+}
+
+fn print_intro(sim: &Sim, herald: &Herald, config: &herald_core::Config) {
+    let base = herald.url();
+    println!("kube-sim (simulated apiserver): {}", sim.url());
+    println!("herald:                         {base}   (/sd/v1, /metrics, /readyz)");
+    println!();
+    println!("HTTP SD URLs:");
+    for job in &config.jobs {
+        println!("  {base}/sd/v1/{}", job.name);
+    }
+    println!();
+    println!("Prometheus scrape_configs (every discovered address is on 127.0.0.0/8):");
+    println!("scrape_configs:");
+    for job in &config.jobs {
+        println!("  - job_name: herald-{}", job.name);
+        println!("    http_sd_configs:");
+        println!("      - url: {base}/sd/v1/{}", job.name);
+        println!("        refresh_interval: 15s");
+    }
+    println!();
+    println!(
+        "Try: curl -s {base}/sd/v1 ; curl -s '{base}/sd/v1/pods?shard=0&shards=2' | head -c 400"
+    );
+    println!();
+}
+
+/// `objects=… targets=… consumers-served=… upstream-watches=…`: upstream watches as kube-sim's meter
+/// counts them for herald's User-Agent — one per kind, however many consumers.
+fn summary_line(sim: &Sim, herald: &Herald) -> String {
+    let shared = herald.shared();
+    let objects: usize = shared.object_counts().values().sum();
+    let targets: usize = (0..shared.jobs().len())
+        .map(|j| shared.job_counts(j).1)
+        .sum();
+    let served = shared.served.load(Ordering::Relaxed);
+    let stats = sim.stats();
+    let watches = stats["by_user_agent"][USER_AGENT]["watches_open"]
+        .as_u64()
+        .map_or_else(|| "?".to_string(), |n| n.to_string());
+    let kinds = shared.needed_kinds().count();
+    format!(
+        "objects={objects} targets={targets} consumers-served={served} upstream-watches={watches} (kinds={kinds}) rv={}",
+        stats["resource_version"]
+    )
+}
