@@ -19,12 +19,12 @@ use std::time::Duration;
 
 use herald_server::Herald;
 use kube_sim::peers as installed;
+use kube_sim::peers::VmAgent;
 use peers::Labels;
 use peers::cluster::{Planted, loopback_spec, plant_edge_cases, served, start_herald, start_sim};
 use peers::compare::{by_job, differences};
 use peers::known::{KNOWN, Kind, reconcile};
 use peers::prometheus::Prometheus;
-use peers::vmagent::VmAgent;
 
 /// The jobs compared, as (job name, role, extra kubernetes_sd_configs YAML): every role, and the
 /// roles that read nodes once more with `attach_metadata: {node: true}`.

@@ -1,7 +1,17 @@
-//! Finding the real peers the end-to-end tests use as judges (kubectl, vmagent, prometheus). Under
-//! `CI=true` a missing peer fails the test; locally the test is skipped with the install step.
+//! The real peers the end-to-end tests use as judges (kubectl, vmagent, prometheus): finding their
+//! binaries (under `CI=true` a missing peer fails the test; locally the test is skipped with the install
+//! step), and running them as child processes on loopback. Shared by kube-sim's and herald's tests.
 
 use std::path::PathBuf;
+
+pub mod process;
+pub mod vmagent;
+
+pub use process::{Peer, free_loopback_port};
+pub use vmagent::VmAgent;
+
+/// Discovered labels of one target, as a peer lists them.
+pub type Labels = std::collections::BTreeMap<String, String>;
 
 /// The path of `name` (from `$<NAME>_BIN` or `PATH`), or `None` after printing how to install it.
 ///

@@ -10,17 +10,15 @@
 //! (`/api/v1/targets?state=dropped`). The only addresses vmagent dials are kube-sim's and its own
 //! (remote write to a closed loopback port, never used: there are no samples).
 
-#[path = "vmagent/agent.rs"]
-mod agent;
 #[path = "vmagent/expect.rs"]
 mod expect;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
-use agent::{Labels, VmAgent};
 use expect::{Role, State};
 use kube_sim::generate::ClusterSpec;
+use kube_sim::peers::{Labels, VmAgent};
 use kube_sim::{Kind, Sim, SimConfig, peers};
 use serde_json::Value;
 

@@ -6,9 +6,6 @@
 pub mod cluster;
 pub mod compare;
 pub mod known;
-pub mod process;
 pub mod prometheus;
-pub mod vmagent;
 
-/// Discovered labels of one target.
-pub type Labels = std::collections::BTreeMap<String, String>;
+pub use kube_sim::peers::{Labels, process};

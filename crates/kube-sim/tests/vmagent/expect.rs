@@ -27,7 +27,7 @@ use std::collections::{BTreeMap, HashMap};
 
 use serde_json::Value;
 
-use super::agent::Labels;
+use kube_sim::peers::Labels;
 
 /// The kubernetes_sd roles under test, one scrape job each.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]

@@ -72,4 +72,9 @@ impl VmAgent {
     pub fn errors(&self) -> Vec<String> {
         self.peer.log_lines_with(&["\terror\t", "\tfatal\t"])
     }
+
+    /// Lines vmagent logged at `level` (`info`, `warn`, `error`, ...).
+    pub fn log_lines(&self, level: &str) -> Vec<String> {
+        self.peer.log_lines_with(&[&format!("\t{level}\t")])
+    }
 }
