@@ -1,5 +1,5 @@
 //! Serving a watch: the resourceVersion start modes of the API concepts doc
-//! (https://kubernetes.io/docs/reference/using-api/api-concepts/#semantics-for-watch), selector
+//! (<https://kubernetes.io/docs/reference/using-api/api-concepts/#semantics-for-watch>), selector
 //! transitions (an object leaving the selection is sent as DELETED), bookmarks, timeouts, and 410 when the
 //! client's RV has left the history window.
 //!
