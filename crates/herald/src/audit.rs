@@ -8,8 +8,11 @@ pub async fn run(args: herald_audit::AuditArgs) -> anyhow::Result<()> {
     let mut report = Vec::new();
     let result = herald_audit::run(&args, &mut report).await;
     let mut stdout = std::io::stdout().lock();
-    stdout.write_all(&report)?;
-    stdout.flush()?;
+    match stdout.write_all(&report).and_then(|()| stdout.flush()) {
+        // A reader that stopped early (`| head`) is not an error of the audit.
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => {}
+        other => other?,
+    }
     let code = match result {
         Ok(code) => code,
         Err(e) => {
