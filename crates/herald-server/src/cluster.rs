@@ -1,5 +1,6 @@
-//! The cluster as herald last saw it: one typed store per watched kind, decoding of upstream objects,
-//! and the per-job `Lookup` that role code reads through (filtered and dependency-recording).
+//! The cluster as herald last saw it: one store per watched kind (compact JSON, decoded on demand),
+//! decoding of upstream objects, and the per-job `Lookup` that role code reads through (filtered and
+//! dependency-recording).
 
 use std::cell::{OnceCell, RefCell};
 use std::collections::BTreeMap;
@@ -470,11 +471,14 @@ impl Cluster {
             .filter(|o| o.kind == kind)
             .map(|o| (o.key, o.stored))
             .collect();
+        // Kept objects move over unchanged, so they are neither in `old` nor reported below.
+        let mut kept = Vec::new();
         for key in keep {
             if !fresh.contains_key(key)
                 && let Some(stored) = old.remove(key)
             {
                 fresh.insert(key.clone(), stored);
+                kept.push(key);
             }
         }
         let mut changed: Vec<ObjectKey> = old
@@ -482,7 +486,12 @@ impl Cluster {
             .filter(|(k, o)| fresh.get(*k).is_none_or(|n| n.json != o.json))
             .map(|(k, _)| k.clone())
             .collect();
-        changed.extend(fresh.keys().filter(|k| !old.contains_key(*k)).cloned());
+        changed.extend(
+            fresh
+                .keys()
+                .filter(|k| !old.contains_key(*k) && !kept.contains(k))
+                .cloned(),
+        );
         self.stores.insert(kind, fresh);
         changed
     }
@@ -563,5 +572,77 @@ impl Lookup for JobLookup<'_> {
             Object::Namespace(n) => Some(n),
             _ => None,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    fn mk_pod(name: &str, ip: &str) -> Object {
+        Object::decode(
+            WatchKind::Pod,
+            json!({"metadata": {"namespace": "default", "name": name, "labels": {"app": "web"},
+                                "managedFields": [{"manager": "kubectl"}]},
+                   "status": {"podIP": ip}}),
+        )
+        .expect("valid pod")
+    }
+
+    fn key(name: &str) -> ObjectKey {
+        ObjectKey::new("default", name)
+    }
+
+    #[test]
+    fn objects_are_kept_as_json_and_decoded_only_until_released() {
+        let mut cluster = Cluster::default();
+        assert!(cluster.insert(&mk_pod("a", "127.16.0.1")));
+        assert!(
+            !cluster.insert(&mk_pod("a", "127.16.0.1")),
+            "byte-equal is no change"
+        );
+        assert_eq!(cluster.decoded_count(), 0);
+        let Some(Object::Pod(p)) = cluster.object(WatchKind::Pod, &key("a")) else {
+            panic!("pod a decodes");
+        };
+        assert_eq!(p.metadata.managed_fields, None, "managedFields are dropped");
+        assert_eq!(cluster.decoded_count(), 1);
+        cluster.object(WatchKind::Pod, &key("a"));
+        assert_eq!(cluster.decoded_count(), 1, "decoded once until released");
+        cluster.release_decoded();
+        assert_eq!(cluster.decoded_count(), 0);
+        assert_eq!(
+            cluster
+                .get(WatchKind::Pod, &key("a"))
+                .map(|s| s.labels()["app"].as_str()),
+            Some("web")
+        );
+    }
+
+    #[test]
+    fn replace_reports_changed_added_and_removed_keys_and_keeps_what_it_is_told() {
+        let mut cluster = Cluster::default();
+        for (n, ip) in [
+            ("a", "127.16.0.1"),
+            ("b", "127.16.0.2"),
+            ("c", "127.16.0.3"),
+        ] {
+            cluster.insert(&mk_pod(n, ip));
+        }
+        let fresh = vec![
+            mk_pod("a", "127.16.0.1").into(),
+            mk_pod("b", "127.16.0.9").into(),
+            mk_pod("d", "127.16.0.4").into(),
+        ];
+        let mut changed = cluster.replace(WatchKind::Pod, fresh, &[key("c")]);
+        changed.sort();
+        assert_eq!(
+            changed,
+            vec![key("b"), key("d")],
+            "c is kept, a is unchanged"
+        );
+        assert_eq!(cluster.count(WatchKind::Pod), 4);
     }
 }

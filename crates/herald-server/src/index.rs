@@ -1,6 +1,6 @@
 //! The discovery index: every job's target groups, maintained incrementally from per-kind
-//! `apply` / `delete` / `reset` calls. Synchronous and single-writer; the upstream tasks feed it and
-//! the HTTP face cuts snapshots from it, both under one short-held lock.
+//! `apply` / `delete` / `reset` calls. Synchronous and single-writer: the upstream tasks feed it under
+//! one lock, and the HTTP face takes that lock only to cut a new generation's groups.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;

@@ -2,7 +2,7 @@
 //! upstream status, the encoded-body cache and the metrics.
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use herald_core::Role;
@@ -24,7 +24,11 @@ pub struct JobHandle {
     pub role: Role,
     pub kinds: Vec<WatchKind>,
     /// Latest-value fan-out of the job's generation: long-polls wait on it, slow ones skip to the newest.
+    /// It is also how readers learn the generation without the index lock.
     generation_tx: watch::Sender<u64>,
+    /// Targets and groups at the published generation.
+    targets: AtomicUsize,
+    groups: AtomicUsize,
 }
 
 /// How one kind's upstream feed is doing.
@@ -38,6 +42,8 @@ pub struct KindStatus {
     pub in_init: AtomicBool,
     /// Milliseconds after `Shared::started` of the last upstream event; 0 before any.
     last_event_ms: AtomicU64,
+    /// Objects cached.
+    objects: AtomicUsize,
 }
 
 /// Everything shared between the upstream tasks and the HTTP faces.
@@ -79,6 +85,8 @@ impl Shared {
                 role: spec.role,
                 kinds: spec.kinds(),
                 generation_tx: watch::Sender::new(0),
+                targets: AtomicUsize::new(0),
+                groups: AtomicUsize::new(0),
             });
         }
         for kind in kinds.keys() {
@@ -136,24 +144,31 @@ impl Shared {
         self.index.lock().expect("index lock poisoned")
     }
 
-    /// Runs `f` on the index, then publishes what it changed. The lock is held only for `f`.
+    /// Runs `f` on the index, then publishes what it changed. The lock is held only for `f`;
+    /// readers of published state (generations, counts, cached bodies) never take it.
     pub fn update(&self, kind: WatchKind, f: impl FnOnce(&mut Index) -> Changed) {
         let (published, objects) = {
             let mut index = self.index();
             let changed = f(&mut index);
-            let published: Vec<(usize, u64, usize)> = changed
+            let published: Vec<(usize, u64, usize, usize)> = changed
                 .into_iter()
-                .map(|j| (j, index.generation(j), index.targets(j)))
+                .map(|j| (j, index.generation(j), index.targets(j), index.groups(j)))
                 .collect();
             (published, index.cluster().count(kind))
         };
+        if let Some(status) = self.kinds.get(&kind) {
+            status.objects.store(objects, Ordering::Release);
+        }
         self.metrics
             .objects
             .get_or_create(&Metrics::kind(kind.plural()))
             .set(objects as i64);
-        for (j, generation, targets) in published {
+        for (j, generation, targets, groups) in published {
+            let job = &self.jobs[j];
+            job.targets.store(targets, Ordering::Release);
+            job.groups.store(groups, Ordering::Release);
             // Two kinds' tasks can publish out of order; a generation never goes backwards.
-            self.jobs[j].generation_tx.send_if_modified(|g| {
+            job.generation_tx.send_if_modified(|g| {
                 let newer = generation > *g;
                 if newer {
                     *g = generation;
@@ -163,7 +178,7 @@ impl Shared {
             self.metrics
                 .job_targets
                 .get_or_create(&JobLabels {
-                    job: self.jobs[j].name.clone(),
+                    job: job.name.clone(),
                 })
                 .set(targets as i64);
         }
@@ -194,28 +209,32 @@ impl Shared {
         self.jobs[j].generation_tx.subscribe()
     }
 
-    /// The encoded body of job `j` (or one shard of it) at its current generation.
+    /// The encoded body of job `j` (or one shard of it) at its published generation. Cached bodies
+    /// are served without the index lock, so a long relist being applied never delays a response.
     pub fn encoded(&self, j: usize, shard: Option<Shard>) -> Arc<Encoded> {
-        let generation = self.index().generation(j);
+        let generation = *self.jobs[j].generation_tx.borrow();
         self.cache.get_or_build(j, shard, generation, || {
-            // The cut takes the lock again, briefly; encoding runs outside it.
+            // Only a new (job, shard, generation) takes the lock, to cut; encoding runs outside it.
             let cut = self.index().cut(j);
             Encoded::build(cut.generation, &cut.groups, shard)
         })
     }
 
-    /// `(generation, targets, groups)` of job `j`.
+    /// `(generation, targets, groups)` of job `j`, as published.
     pub fn job_counts(&self, j: usize) -> (u64, usize, usize) {
-        let index = self.index();
-        (index.generation(j), index.targets(j), index.groups(j))
+        let job = &self.jobs[j];
+        (
+            *job.generation_tx.borrow(),
+            job.targets.load(Ordering::Acquire),
+            job.groups.load(Ordering::Acquire),
+        )
     }
 
     /// Objects cached per kind.
     pub fn object_counts(&self) -> BTreeMap<WatchKind, usize> {
-        let index = self.index();
         self.kinds
-            .keys()
-            .map(|&k| (k, index.cluster().count(k)))
+            .iter()
+            .map(|(k, s)| (*k, s.objects.load(Ordering::Acquire)))
             .collect()
     }
 

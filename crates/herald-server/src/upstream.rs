@@ -246,8 +246,10 @@ fn step(
         Ok(Event::InitDone) => {
             if let Feed::Relisting { buffer, malformed } = feed {
                 let n = buffer.len();
+                let started = std::time::Instant::now();
                 shared.reset(kind, buffer, malformed);
-                tracing::info!(objects = n, "relist applied");
+                let index_ms = started.elapsed().as_millis() as u64;
+                tracing::info!(objects = n, index_ms, "relist applied");
             }
             set_in_init(false);
             shared.mark_synced(kind);

@@ -210,3 +210,30 @@ async fn shutting_down_ends_waiting_long_polls_at_once() {
         .expect("task ran");
     assert_status(&res, StatusCode::NOT_MODIFIED);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn published_state_is_served_while_a_long_relist_holds_the_index() {
+    let shared = mk_pod_job(3);
+    assert_status(&get(&shared, "/sd/v1/pods", &[]).await, StatusCode::OK);
+    let (release_tx, release_rx) = std::sync::mpsc::channel::<()>();
+    let (held_tx, held_rx) = std::sync::mpsc::channel::<()>();
+    let busy = {
+        let shared = shared.clone();
+        std::thread::spawn(move || {
+            shared.update(WatchKind::Pod, |_| {
+                held_tx.send(()).expect("test waits");
+                release_rx.recv().expect("test releases");
+                herald_server::index::Changed::new()
+            })
+        })
+    };
+    held_rx.recv().expect("the index lock is held");
+    for uri in ["/sd/v1/pods", "/sd/v1"] {
+        let res = tokio::time::timeout(Duration::from_secs(2), get(&shared, uri, &[]))
+            .await
+            .expect("answered without waiting for the index");
+        assert_status(&res, StatusCode::OK);
+    }
+    release_tx.send(()).expect("updater waits");
+    busy.join().expect("updater finished");
+}

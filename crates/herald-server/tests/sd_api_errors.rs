@@ -46,7 +46,11 @@ async fn bad_query_parameters_are_a_400_naming_the_parameter() {
 async fn before_the_first_sync_a_job_is_503_never_an_empty_list() {
     let shared = mk_shared("jobs:\n- name: eps\n  role: endpoints\n");
     // Endpoints synced, but the Pods and Services it reads are not: a body now would be partial.
-    shared.reset(WatchKind::Endpoints, Vec::<herald_server::Object>::new(), vec![]);
+    shared.reset(
+        WatchKind::Endpoints,
+        Vec::<herald_server::Object>::new(),
+        vec![],
+    );
     shared.mark_synced(WatchKind::Endpoints);
     let res = get(&shared, "/sd/v1/eps", &[]).await;
     assert_status(&res, StatusCode::SERVICE_UNAVAILABLE);
