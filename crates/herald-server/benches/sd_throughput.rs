@@ -8,6 +8,10 @@
 //! (default 64), HERALD_BENCH_SECONDS per phase (default 10).
 
 use std::sync::Arc;
+
+// The same allocator as the herald binary, so the figures are the binary's.
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 use std::time::{Duration, Instant};
 
 use herald_server::{Herald, ServeOptions, job_specs};

@@ -9,6 +9,11 @@ mod serve;
 
 use clap::Parser;
 
+// herald's hot paths (decoding objects, building label sets) allocate many small, short-lived values;
+// mimalloc handles that pattern far better than glibc malloc (see bench/RESULTS.md).
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let cli = cli::Cli::parse();
