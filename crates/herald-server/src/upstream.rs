@@ -353,25 +353,34 @@ mod tests {
         shared.job_counts(0).1
     }
 
+    type PodEvent = Result<Event<DynamicObject>, watcher::Error>;
+
+    /// Feeds pod events in order, as the watch task would, and returns the final feed state.
+    fn pods(shared: &Shared, feed: Feed, events: Vec<PodEvent>) -> Feed {
+        events.into_iter().fold(feed, |feed, event| {
+            step(WatchKind::Pod, shared, feed, event)
+        })
+    }
+
+    fn init_apply(name: &str, ip: &str) -> PodEvent {
+        Ok(Event::InitApply(mk_pod(name, ip)))
+    }
+
     #[test]
     fn a_relist_is_published_only_when_it_is_complete() {
         let shared = mk_shared();
-        let mut feed = step(WatchKind::Pod, &shared, Feed::Live, Ok(Event::Init));
-        feed = step(
-            WatchKind::Pod,
+        let feed = pods(
             &shared,
-            feed,
-            Ok(Event::InitApply(mk_pod("a", "127.16.0.1"))),
-        );
-        feed = step(
-            WatchKind::Pod,
-            &shared,
-            feed,
-            Ok(Event::InitApply(mk_pod("b", "127.16.0.2"))),
+            Feed::Live,
+            vec![
+                Ok(Event::Init),
+                init_apply("a", "127.16.0.1"),
+                init_apply("b", "127.16.0.2"),
+            ],
         );
         assert_eq!(targets(&shared), 0, "nothing published mid-list");
         assert!(!shared.ready());
-        feed = step(WatchKind::Pod, &shared, feed, Ok(Event::InitDone));
+        let feed = pods(&shared, feed, vec![Ok(Event::InitDone)]);
         assert!(matches!(feed, Feed::Live));
         assert_eq!(targets(&shared), 2);
         assert!(shared.ready());
@@ -385,35 +394,27 @@ mod tests {
     #[test]
     fn a_relist_after_an_outage_keeps_serving_the_old_state_until_it_completes() {
         let shared = mk_shared();
-        let mut feed = step(WatchKind::Pod, &shared, Feed::Live, Ok(Event::Init));
-        for (n, ip) in [("a", "127.16.0.1"), ("b", "127.16.0.2")] {
-            feed = step(
-                WatchKind::Pod,
-                &shared,
-                feed,
-                Ok(Event::InitApply(mk_pod(n, ip))),
-            );
-        }
-        feed = step(WatchKind::Pod, &shared, feed, Ok(Event::InitDone));
-
-        feed = step(
-            WatchKind::Pod,
+        let feed = pods(
             &shared,
-            feed,
-            Err(watcher::Error::NoResourceVersion),
+            Feed::Live,
+            vec![
+                Ok(Event::Init),
+                init_apply("a", "127.16.0.1"),
+                init_apply("b", "127.16.0.2"),
+                Ok(Event::InitDone),
+                Err(watcher::Error::NoResourceVersion),
+            ],
         );
         assert!(shared.job_stale(0));
         assert_eq!(targets(&shared), 2, "an error keeps the last good state");
 
-        feed = step(WatchKind::Pod, &shared, feed, Ok(Event::Init));
-        feed = step(
-            WatchKind::Pod,
+        let feed = pods(
             &shared,
             feed,
-            Ok(Event::InitApply(mk_pod("c", "127.16.0.3"))),
+            vec![Ok(Event::Init), init_apply("c", "127.16.0.3")],
         );
         assert_eq!(targets(&shared), 2, "the half-done relist is invisible");
-        feed = step(WatchKind::Pod, &shared, feed, Ok(Event::InitDone));
+        let feed = pods(&shared, feed, vec![Ok(Event::InitDone)]);
         assert!(matches!(feed, Feed::Live));
         assert_eq!(targets(&shared), 1, "a, b deleted while away; c added");
         assert!(!shared.job_stale(0));
@@ -422,24 +423,19 @@ mod tests {
     #[test]
     fn a_malformed_object_is_skipped_and_counted_without_emptying_the_snapshot() {
         let shared = mk_shared();
-        let mut feed = step(WatchKind::Pod, &shared, Feed::Live, Ok(Event::Init));
-        feed = step(
-            WatchKind::Pod,
+        let feed = pods(
             &shared,
-            feed,
-            Ok(Event::InitApply(mk_pod("a", "127.16.0.1"))),
+            Feed::Live,
+            vec![
+                Ok(Event::Init),
+                init_apply("a", "127.16.0.1"),
+                Ok(Event::InitApply(mk_malformed_pod("bad"))),
+                Ok(Event::InitDone),
+            ],
         );
-        feed = step(
-            WatchKind::Pod,
-            &shared,
-            feed,
-            Ok(Event::InitApply(mk_malformed_pod("bad"))),
-        );
-        feed = step(WatchKind::Pod, &shared, feed, Ok(Event::InitDone));
         assert_eq!(targets(&shared), 1);
         // A later malformed update of a good object keeps its last good version.
-        let bad_a = mk_malformed_pod("a");
-        feed = step(WatchKind::Pod, &shared, feed, Ok(Event::Apply(bad_a)));
+        let feed = pods(&shared, feed, vec![Ok(Event::Apply(mk_malformed_pod("a")))]);
         assert!(matches!(feed, Feed::Live));
         assert_eq!(targets(&shared), 1);
         let malformed = shared
@@ -453,22 +449,18 @@ mod tests {
     #[test]
     fn a_relist_keeps_the_last_good_version_of_an_object_that_no_longer_decodes() {
         let shared = mk_shared();
-        let mut feed = step(WatchKind::Pod, &shared, Feed::Live, Ok(Event::Init));
-        feed = step(
-            WatchKind::Pod,
+        pods(
             &shared,
-            feed,
-            Ok(Event::InitApply(mk_pod("a", "127.16.0.1"))),
+            Feed::Live,
+            vec![
+                Ok(Event::Init),
+                init_apply("a", "127.16.0.1"),
+                Ok(Event::InitDone),
+                Ok(Event::Init),
+                Ok(Event::InitApply(mk_malformed_pod("a"))),
+                Ok(Event::InitDone),
+            ],
         );
-        feed = step(WatchKind::Pod, &shared, feed, Ok(Event::InitDone));
-        feed = step(WatchKind::Pod, &shared, feed, Ok(Event::Init));
-        feed = step(
-            WatchKind::Pod,
-            &shared,
-            feed,
-            Ok(Event::InitApply(mk_malformed_pod("a"))),
-        );
-        step(WatchKind::Pod, &shared, feed, Ok(Event::InitDone));
         assert_eq!(targets(&shared), 1, "pod a keeps its last good version");
     }
 
@@ -489,20 +481,20 @@ mod tests {
     #[test]
     fn watch_events_apply_and_delete_incrementally() {
         let shared = mk_shared();
-        let mut feed = step(WatchKind::Pod, &shared, Feed::Live, Ok(Event::Init));
-        feed = step(WatchKind::Pod, &shared, feed, Ok(Event::InitDone));
-        feed = step(
-            WatchKind::Pod,
+        let feed = pods(
             &shared,
-            feed,
-            Ok(Event::Apply(mk_pod("a", "127.16.0.1"))),
+            Feed::Live,
+            vec![
+                Ok(Event::Init),
+                Ok(Event::InitDone),
+                Ok(Event::Apply(mk_pod("a", "127.16.0.1"))),
+            ],
         );
         assert_eq!(targets(&shared), 1);
-        step(
-            WatchKind::Pod,
+        pods(
             &shared,
             feed,
-            Ok(Event::Delete(mk_pod("a", "127.16.0.1"))),
+            vec![Ok(Event::Delete(mk_pod("a", "127.16.0.1")))],
         );
         assert_eq!(targets(&shared), 0);
     }
