@@ -170,6 +170,28 @@ impl Kind {
         }
     }
 
+    /// The kind's API description, as kube-face serves it.
+    pub fn resource(self) -> kube_face::Resource {
+        let name = if self.group().is_empty() {
+            self.plural().to_string()
+        } else {
+            format!("{}.{}", self.plural(), self.group())
+        };
+        kube_face::Resource::builtin(&name).expect("every kube-sim kind is a kube-face built-in")
+    }
+
+    /// The kind at a position of `Kind::ALL`, which is also its id in kube-sim's catalog.
+    pub fn from_id(id: kube_face::ResId) -> Kind {
+        Kind::ALL[id]
+    }
+
+    pub fn id(self) -> kube_face::ResId {
+        Kind::ALL
+            .iter()
+            .position(|k| *k == self)
+            .expect("ALL lists every kind")
+    }
+
     pub fn from_plural(plural: &str) -> Option<Kind> {
         Kind::ALL.into_iter().find(|k| k.plural() == plural)
     }
@@ -262,5 +284,13 @@ mod tests {
         assert_eq!(Kind::Prometheus.plural(), "prometheuses");
         assert_eq!(Kind::from_group_plural("", "pods"), Some(Kind::Pod));
         assert_eq!(Kind::from_group_plural("apps", "pods"), None);
+        for k in Kind::ALL {
+            let r = k.resource();
+            assert_eq!((r.kind.as_str(), r.plural.as_str()), (k.name(), k.plural()));
+            assert_eq!(r.namespaced, k.namespaced());
+            assert_eq!(r.api_version(), k.api_version());
+            assert_eq!(r.singular, k.singular());
+            assert_eq!(Kind::from_id(k.id()), k);
+        }
     }
 }

@@ -8,19 +8,16 @@ pub mod kind;
 
 pub use kind::{Kind, Object, Write};
 
-pub mod api;
-pub mod discovery;
 pub mod faults;
 pub mod generate;
 pub mod meter;
-pub mod openapi;
 pub mod peers;
 pub mod server;
 pub mod sim;
-pub mod status;
 pub mod store;
-pub mod table;
-pub mod watch;
+pub mod writes;
+
+pub use kube_face::{ApiError, request::MAX_BODY_BYTES};
 
 pub use faults::Fault;
 pub use server::Settings;

@@ -207,9 +207,9 @@ pub struct WatchGuard {
     ua: String,
 }
 
-impl WatchGuard {
+impl kube_face::WatchObserver for WatchGuard {
     /// An event (or bookmark, or error) sent on this watch.
-    pub fn sent(&self, bytes: u64) {
+    fn sent(&self, bytes: u64) {
         self.meter.watch_event(&self.resource, &self.ua, bytes);
     }
 }
@@ -232,6 +232,7 @@ impl Drop for WatchGuard {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use kube_face::WatchObserver as _;
 
     #[test]
     fn watches_are_counted_open_until_their_guard_drops() {

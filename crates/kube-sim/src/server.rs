@@ -19,30 +19,19 @@ use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 use tower::ServiceExt as _;
 
-use crate::api;
+use kube_face::request::user_agent;
+use kube_face::{
+    ApiError, Backend, Catalog, Entry, Event, Key, ListAt, Page, ResId, StoreError, WatchObserver,
+    WriteRequest, json_response,
+};
+
 use crate::faults::{Fault, Faults, Verdict};
 use crate::kind::Kind;
 use crate::meter::Meter;
-use crate::status::ApiError;
 use crate::store::Store;
 
-/// Server-wide timing settings.
-#[derive(Debug, Clone, Copy)]
-pub struct Settings {
-    /// How often a watch with allowWatchBookmarks gets a bookmark (the apiserver: about a minute).
-    pub bookmark_interval: Duration,
-    /// A watch's length when the client sets no timeoutSeconds (the apiserver: 30–60 minutes).
-    pub default_watch_timeout: Duration,
-}
-
-impl Default for Settings {
-    fn default() -> Self {
-        Settings {
-            bookmark_interval: Duration::from_secs(60),
-            default_watch_timeout: Duration::from_secs(1800),
-        }
-    }
-}
+/// Server-wide timing settings (kube-face's watch settings).
+pub type Settings = kube_face::WatchSettings;
 
 /// What every handler shares.
 pub struct Shared {
@@ -52,6 +41,60 @@ pub struct Shared {
     pub settings: Settings,
     /// host:port, for discovery's serverAddressByClientCIDRs.
     pub server_address: String,
+    /// Every kind, in `Kind::ALL` order (a kind's id is its position).
+    pub catalog: Catalog,
+}
+
+/// kube-sim's store behind the shared API face. Versions are global, as etcd's are.
+impl Backend for Shared {
+    fn catalog(&self) -> &Catalog {
+        &self.catalog
+    }
+    fn settings(&self) -> &Settings {
+        &self.settings
+    }
+    fn server_address(&self) -> String {
+        self.server_address.clone()
+    }
+    fn resource_version(&self, _r: ResId) -> u64 {
+        self.store.resource_version()
+    }
+    fn subscribe(&self, _r: ResId) -> tokio::sync::watch::Receiver<u64> {
+        self.store.subscribe()
+    }
+    fn get(&self, r: ResId, namespace: &str, name: &str) -> Option<Arc<Entry>> {
+        self.store.get(Kind::from_id(r), namespace, name)
+    }
+    fn list(
+        &self,
+        r: ResId,
+        ns: Option<&str>,
+        at: ListAt,
+        after: Option<&Key>,
+        limit: Option<usize>,
+        filter: &dyn Fn(&Entry) -> bool,
+    ) -> Result<Page, StoreError> {
+        self.store
+            .list(Kind::from_id(r), ns, at, after, limit, filter)
+    }
+    fn events_after(&self, r: ResId, rv: u64) -> Result<(Vec<Arc<Event>>, u64), StoreError> {
+        self.store.events_after(Kind::from_id(r), rv)
+    }
+    fn write(&self, r: ResId, req: WriteRequest<'_>) -> Result<(StatusCode, Bytes), ApiError> {
+        crate::writes::write(&self.store, Kind::from_id(r), req)
+    }
+    fn request_done(&self, verb: &str, resource: &str, code: u16, ua: &str, bytes: u64) {
+        self.meter.request(verb, resource, code, ua, bytes);
+    }
+    fn watch_opened(&self, resource: &str, ua: &str) -> Box<dyn WatchObserver> {
+        Box::new(self.meter.watch_opened(resource, ua))
+    }
+    fn closer(&self) -> Option<tokio::sync::watch::Receiver<u64>> {
+        Some(self.faults.closer())
+    }
+    fn watch_delay(&self) -> Duration {
+        self.faults.watch_delay()
+    }
 }
 
 impl Shared {
@@ -105,13 +148,7 @@ impl Shared {
 }
 
 pub fn app(shared: Arc<Shared>) -> Router {
-    let kube = Router::new()
-        .route("/version", get(api::handle))
-        .route("/api", get(api::handle))
-        .route("/api/{*rest}", axum::routing::any(api::handle))
-        .route("/apis", get(api::handle))
-        .route("/openapi/{*rest}", get(api::handle))
-        .route("/apis/{*rest}", axum::routing::any(api::handle))
+    let kube = kube_face::router(shared.clone())
         .layer(middleware::from_fn_with_state(shared.clone(), fault_layer));
     Router::new()
         .route("/sim/stats", get(stats))
@@ -119,11 +156,11 @@ pub fn app(shared: Arc<Shared>) -> Router {
         .route("/sim/faults", post(faults))
         .route("/metrics", get(metrics))
         .route("/healthz", get(|| async { "ok" }))
+        .with_state(shared)
         .merge(kube)
         .fallback(|| async {
             ApiError::not_found("the server could not find the requested resource")
         })
-        .with_state(shared)
 }
 
 async fn fault_layer(State(shared): State<Arc<Shared>>, req: Request, next: Next) -> Response {
@@ -153,7 +190,7 @@ async fn fault_layer(State(shared): State<Arc<Shared>>, req: Request, next: Next
             if code == 429 || code == 503 {
                 e.retry_after = Some(retry_after);
             }
-            let ua = api::user_agent(req.headers());
+            let ua = user_agent(req.headers());
             shared
                 .meter
                 .request(req.method().as_str(), "", code, &ua, 0);
@@ -163,11 +200,11 @@ async fn fault_layer(State(shared): State<Arc<Shared>>, req: Request, next: Next
 }
 
 async fn stats(State(shared): State<Arc<Shared>>) -> Response {
-    api::json_response(StatusCode::OK, Bytes::from(shared.stats().to_string()))
+    json_response(StatusCode::OK, Bytes::from(shared.stats().to_string()))
 }
 
 async fn dump(State(shared): State<Arc<Shared>>) -> Response {
-    api::json_response(StatusCode::OK, shared.dump())
+    json_response(StatusCode::OK, shared.dump())
 }
 
 async fn metrics(State(shared): State<Arc<Shared>>) -> Response {
@@ -187,7 +224,7 @@ async fn faults(State(shared): State<Arc<Shared>>, body: Bytes) -> Response {
         Err(e) => return ApiError::bad_request(format!("invalid fault: {e}")).into_response(),
     };
     match shared.inject(&fault) {
-        Ok(()) => api::json_response(
+        Ok(()) => json_response(
             StatusCode::OK,
             Bytes::from(json!({"applied": fault}).to_string()),
         ),

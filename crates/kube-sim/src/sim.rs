@@ -17,8 +17,8 @@ use crate::generate::{ClusterSpec, generate};
 use crate::kind::{Kind, Object, Write};
 use crate::meter::Meter;
 use crate::server::{Settings, Shared, serve};
-use crate::status::ApiError;
 use crate::store::Store;
+use kube_face::ApiError;
 
 /// How to start a simulation.
 #[derive(Debug, Clone)]
@@ -127,6 +127,10 @@ impl Sim {
             faults: Faults::new(),
             settings: cfg.settings,
             server_address: addr.to_string(),
+            catalog: kube_face::Catalog {
+                resources: Kind::ALL.iter().map(|k| k.resource()).collect(),
+                writable: true,
+            },
         });
         let shutdown = CancellationToken::new();
         let (churn_tx, churn_rx) = watch::channel(cfg.churn_per_sec);

@@ -5,164 +5,41 @@
 //! clients, the built-in controllers, churn) serialise on the write lock; every accepted write is fed to
 //! the controllers in the same critical section, so the derived EndpointSlices/Endpoints get the next RVs.
 
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, RwLock};
 
 use bytes::Bytes;
+pub use kube_face::{Entry, Event, EventType, Key, ListAt, Page, StoreError, event_line};
+use kube_face::{Resource, ResourceLog};
 use serde_json::Value;
 use tokio::sync::watch;
 
 use crate::controllers::EndpointsControllers;
 use crate::kind::{Kind, Object, Write};
 
-/// (namespace, name); namespace is "" for cluster-scoped kinds. Ordered as the apiserver lists: by
-/// namespace, then name.
-pub type Key = (String, String);
-
-/// One stored version of an object.
-#[derive(Debug)]
-pub struct Entry {
-    pub kind: Kind,
-    pub key: Key,
-    pub rv: u64,
-    pub uid: String,
-    /// metadata.creationTimestamp, immutable across versions.
-    pub created: String,
-    pub labels: BTreeMap<String, String>,
-    /// Field-selector values beyond metadata.name/namespace (spec.nodeName and status.phase for pods).
-    pub fields: Vec<(&'static str, String)>,
-    /// The object as JSON, resourceVersion included: what list, get and watch send.
-    pub bytes: Bytes,
+/// uid and creationTimestamp of a stored version: immutable across versions.
+#[derive(serde::Deserialize, Default)]
+struct Identity {
+    #[serde(default)]
+    metadata: IdentityMeta,
+}
+#[derive(serde::Deserialize, Default)]
+struct IdentityMeta {
+    #[serde(default)]
+    uid: String,
+    #[serde(default, rename = "creationTimestamp")]
+    created: String,
 }
 
-impl Entry {
-    pub fn namespace(&self) -> &str {
-        &self.key.0
-    }
-    pub fn name(&self) -> &str {
-        &self.key.1
-    }
-
-    /// The value of a field for field selectors; `None` for fields this kind does not index.
-    pub fn field(&self, field: &str) -> Option<String> {
-        match field {
-            "metadata.name" => Some(self.key.1.clone()),
-            "metadata.namespace" => Some(self.key.0.clone()),
-            f => self
-                .fields
-                .iter()
-                .find(|(k, _)| *k == f)
-                .map(|(_, v)| v.clone()),
-        }
-    }
-}
-
-/// The field selectors each kind supports, as the apiserver's field label conversion funcs allow.
-pub fn supported_fields(kind: Kind) -> &'static [&'static str] {
-    match kind {
-        Kind::Pod => &[
-            "metadata.name",
-            "metadata.namespace",
-            "spec.nodeName",
-            "status.phase",
-        ],
-        _ => &["metadata.name", "metadata.namespace"],
-    }
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum EventType {
-    Added,
-    Modified,
-    Deleted,
-}
-
-impl EventType {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            EventType::Added => "ADDED",
-            EventType::Modified => "MODIFIED",
-            EventType::Deleted => "DELETED",
-        }
-    }
-}
-
-/// One change in a kind's history. `obj` is the new state (for DELETED: the last state, stamped with the
-/// deletion's RV, as the apiserver sends it); `prev` the state before, which watches with selectors need
-/// to turn an object leaving the selection into DELETED, and which lists at an older RV use to rewind.
-#[derive(Debug)]
-pub struct Event {
-    pub rv: u64,
-    pub ty: EventType,
-    pub obj: Arc<Entry>,
-    pub prev: Option<Arc<Entry>>,
-    /// `{"type":...,"object":...}\n`, encoded once and shared by every watcher (the apiserver's
-    /// serialize-once cache, KEP-1152).
-    pub line: Bytes,
-}
-
-pub fn event_line(ty: &str, object: &[u8]) -> Bytes {
-    let mut line = Vec::with_capacity(object.len() + 32);
-    line.extend_from_slice(b"{\"type\":\"");
-    line.extend_from_slice(ty.as_bytes());
-    line.extend_from_slice(b"\",\"object\":");
-    line.extend_from_slice(object);
-    line.extend_from_slice(b"}\n");
-    Bytes::from(line)
-}
-
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum StoreError {
-    #[error("{plural} {name:?} not found")]
-    NotFound { plural: &'static str, name: String },
-    #[error("{plural} {name:?} already exists")]
-    AlreadyExists { plural: &'static str, name: String },
-    #[error(
-        "Operation cannot be fulfilled on {plural} {name:?}: the object has been modified; please apply your changes to the latest version and try again"
-    )]
-    Conflict { plural: &'static str, name: String },
-    #[error("too old resource version: {requested} ({oldest})")]
-    Expired { requested: u64, oldest: u64 },
-    #[error("Too large resource version: {requested}, current: {current}")]
-    TooLarge { requested: u64, current: u64 },
-    #[error("{0}")]
-    Invalid(String),
-    #[error("{0}")]
-    BadRequest(String),
-}
-
-/// Which state a list reads.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ListAt {
-    /// The newest state (resourceVersion unset or "0").
-    Latest,
-    /// The newest state, which must be at least this RV (resourceVersionMatch=NotOlderThan).
-    NotOlderThan(u64),
-    /// Exactly this RV (resourceVersionMatch=Exact, and continue tokens), rewound through history.
-    Exact(u64),
-}
-
-/// One page of a list.
-#[derive(Debug)]
-pub struct Page {
-    pub rv: u64,
-    pub items: Vec<Arc<Entry>>,
-    /// The last key returned when more items remain.
-    pub next: Option<Key>,
-    pub remaining: usize,
-}
-
-#[derive(Default)]
-struct KindState {
-    objects: BTreeMap<Key, Arc<Entry>>,
-    history: VecDeque<Arc<Event>>,
-    /// Every event with rv > horizon is in `history`; a watch or exact list from an RV below it is expired.
-    horizon: u64,
+fn identity(e: &Entry) -> IdentityMeta {
+    serde_json::from_slice::<Identity>(&e.bytes)
+        .unwrap_or_default()
+        .metadata
 }
 
 struct Inner {
     rv: u64,
-    kinds: HashMap<Kind, KindState>,
+    kinds: HashMap<Kind, ResourceLog>,
     controllers: EndpointsControllers,
     uid_seq: u64,
 }
@@ -170,8 +47,9 @@ struct Inner {
 /// The store. Cheap to share behind an `Arc`.
 pub struct Store {
     inner: RwLock<Inner>,
-    window: usize,
     rv_tx: watch::Sender<u64>,
+    /// Each kind's API description, for reading heads (labels, selectable fields) of stored objects.
+    resources: HashMap<Kind, Resource>,
 }
 
 impl Store {
@@ -183,13 +61,13 @@ impl Store {
                 rv: 0,
                 kinds: Kind::ALL
                     .iter()
-                    .map(|k| (*k, KindState::default()))
+                    .map(|k| (*k, ResourceLog::new(window)))
                     .collect(),
                 controllers: EndpointsControllers::new(),
                 uid_seq: 0,
             }),
-            window: window.max(1),
             rv_tx,
+            resources: Kind::ALL.iter().map(|k| (*k, k.resource())).collect(),
         }
     }
 
@@ -215,28 +93,18 @@ impl Store {
 
     pub fn counts(&self) -> BTreeMap<Kind, usize> {
         let inner = self.read();
-        inner
-            .kinds
-            .iter()
-            .map(|(k, s)| (*k, s.objects.len()))
-            .collect()
+        inner.kinds.iter().map(|(k, s)| (*k, s.len())).collect()
     }
 
     pub fn get(&self, kind: Kind, namespace: &str, name: &str) -> Option<Arc<Entry>> {
         let inner = self.read();
-        inner.kinds[&kind]
-            .objects
-            .get(&(namespace.to_string(), name.to_string()))
-            .cloned()
+        inner.kinds[&kind].get_parts(namespace, name).cloned()
     }
 
     /// Every current object of a kind, in key order.
     pub fn all(&self, kind: Kind) -> (u64, Vec<Arc<Entry>>) {
         let inner = self.read();
-        (
-            inner.rv,
-            inner.kinds[&kind].objects.values().cloned().collect(),
-        )
+        (inner.rv, inner.kinds[&kind].values().cloned().collect())
     }
 
     /// Loads objects as the cluster's state before anyone watched: they get RVs but no history, so the
@@ -255,9 +123,8 @@ impl Store {
         drop(objects);
         self.apply_locked(&mut inner, writes);
         let rv = inner.rv;
-        for state in inner.kinds.values_mut() {
-            state.history.clear();
-            state.horizon = rv;
+        for log in inner.kinds.values_mut() {
+            log.compact(rv);
         }
         drop(inner);
         self.rv_tx.send_replace(rv);
@@ -313,17 +180,17 @@ impl Store {
         let obj = typed(kind, &value)?;
         let key = key_of(kind, &value)?;
         let mut inner = self.write();
-        let existing = inner.kinds[&kind].objects.get(&key).cloned();
+        let existing = inner.kinds[&kind].get(&key).cloned();
         match (&existing, create) {
             (Some(_), true) => {
                 return Err(StoreError::AlreadyExists {
-                    plural: kind.plural(),
+                    plural: kind.plural().into(),
                     name: key.1,
                 });
             }
             (None, false) => {
                 return Err(StoreError::NotFound {
-                    plural: kind.plural(),
+                    plural: kind.plural().into(),
                     name: key.1,
                 });
             }
@@ -334,7 +201,7 @@ impl Store {
                     .unwrap_or("");
                 if !sent.is_empty() && sent != old.rv.to_string() {
                     return Err(StoreError::Conflict {
-                        plural: kind.plural(),
+                        plural: kind.plural().into(),
                         name: key.1,
                     });
                 }
@@ -342,21 +209,17 @@ impl Store {
             (None, true) => {}
         }
         if kind.namespaced()
-            && !inner.kinds[&Kind::Namespace]
-                .objects
-                .contains_key(&(String::new(), key.0.clone()))
+            && inner.kinds[&Kind::Namespace]
+                .get_parts("", &key.0)
+                .is_none()
         {
             return Err(StoreError::NotFound {
-                plural: "namespaces",
+                plural: "namespaces".into(),
                 name: key.0,
             });
         }
         let writes = self.put(&mut inner, kind, value, obj.as_ref());
-        let entry = inner.kinds[&kind]
-            .objects
-            .get(&key)
-            .cloned()
-            .expect("just written");
+        let entry = inner.kinds[&kind].get(&key).cloned().expect("just written");
         self.apply_locked(&mut inner, writes);
         let rv = inner.rv;
         drop(inner);
@@ -374,15 +237,15 @@ impl Store {
     ) -> Result<Arc<Entry>, StoreError> {
         let key = (namespace.to_string(), name.to_string());
         let mut inner = self.write();
-        let Some(old) = inner.kinds[&kind].objects.get(&key).cloned() else {
+        let Some(old) = inner.kinds[&kind].get(&key).cloned() else {
             return Err(StoreError::NotFound {
-                plural: kind.plural(),
+                plural: kind.plural().into(),
                 name: name.into(),
             });
         };
         if rv.is_some_and(|rv| rv != old.rv) {
             return Err(StoreError::Conflict {
-                plural: kind.plural(),
+                plural: kind.plural().into(),
                 name: name.into(),
             });
         }
@@ -430,12 +293,15 @@ impl Store {
             );
             return false;
         };
-        let prev = inner.kinds[&kind].objects.get(&key).cloned();
+        let prev = inner.kinds[&kind].get(&key).cloned();
         inner.rv += 1;
         let rv = inner.rv;
         let (uid, created) = match &prev {
             // uid and creationTimestamp are immutable: carried over from the stored version.
-            Some(p) => (p.uid.clone(), p.created.clone()),
+            Some(p) => {
+                let id = identity(p);
+                (id.uid, id.created)
+            }
             None => {
                 inner.uid_seq += 1;
                 let uid = value
@@ -458,80 +324,62 @@ impl Store {
             .or_insert_with(|| Value::Object(Default::default()));
         if let Some(m) = meta.as_object_mut() {
             m.insert("resourceVersion".into(), rv.to_string().into());
-            m.insert("uid".into(), uid.clone().into());
+            m.insert("uid".into(), uid.into());
             m.remove("managedFields");
             if kind.namespaced() {
                 m.insert("namespace".into(), key.0.clone().into());
             } else {
                 m.remove("namespace");
             }
-            m.insert("creationTimestamp".into(), created.clone().into());
+            m.insert("creationTimestamp".into(), created.into());
         }
         if let Some(o) = value.as_object_mut() {
             o.insert("apiVersion".into(), kind.api_version().into());
             o.insert("kind".into(), kind.name().into());
         }
-        let entry = Arc::new(Entry {
-            kind,
-            key: key.clone(),
-            rv,
-            uid,
-            created,
-            labels: string_map(value.pointer("/metadata/labels")),
-            fields: index_fields(kind, &value),
-            bytes: Bytes::from(serde_json::to_vec(&value).expect("a Value always serializes")),
-        });
-        let ty = if prev.is_some() {
-            EventType::Modified
-        } else {
-            EventType::Added
+        let bytes = Bytes::from(serde_json::to_vec(&value).expect("a Value always serializes"));
+        let (labels, fields) = match kube_face::scan::head(&self.resources[&kind], &bytes) {
+            Ok(h) => (h.labels, h.fields),
+            Err(_) => (BTreeMap::new(), vec![]),
         };
-        if history {
-            self.record(inner, kind, ty, entry.clone(), prev);
-        }
+        let entry = Arc::new(Entry {
+            key,
+            rv,
+            labels,
+            fields,
+            bytes,
+        });
         inner
             .kinds
             .get_mut(&kind)
             .expect("all kinds present")
-            .objects
-            .insert(key, entry);
+            .upsert(entry, history);
         true
     }
 
     fn remove(&self, inner: &mut Inner, kind: Kind, namespace: String, name: String) -> Vec<Write> {
         let key = (namespace, name);
-        let Some(prev) = inner
-            .kinds
-            .get_mut(&kind)
-            .expect("all kinds present")
-            .objects
-            .remove(&key)
-        else {
+        let Some(prev) = inner.kinds[&kind].get(&key).cloned() else {
             return vec![];
         };
         inner.rv += 1;
         let rv = inner.rv;
         // The DELETED event carries the object's last state at the deletion's RV.
-        let bytes = match serde_json::from_slice::<Value>(&prev.bytes) {
-            Ok(mut v) => {
-                if let Some(m) = v.pointer_mut("/metadata").and_then(Value::as_object_mut) {
-                    m.insert("resourceVersion".into(), rv.to_string().into());
-                }
-                Bytes::from(serde_json::to_vec(&v).expect("a Value always serializes"))
-            }
-            Err(_) => prev.bytes.clone(),
-        };
-        let entry = Arc::new(Entry {
-            kind,
+        let bytes = kube_face::scan::with_resource_version(&prev.bytes, rv)
+            .map(Bytes::from)
+            .unwrap_or_else(|| prev.bytes.clone());
+        let deleted = Arc::new(Entry {
             key: key.clone(),
             rv,
-            uid: prev.uid.clone(),
-            created: prev.created.clone(),
             labels: prev.labels.clone(),
             fields: prev.fields.clone(),
             bytes,
         });
-        self.record(inner, kind, EventType::Deleted, entry, Some(prev));
+        inner
+            .kinds
+            .get_mut(&kind)
+            .expect("all kinds present")
+            .remove(deleted);
         if reacts(kind) {
             let ns = (!key.0.is_empty()).then_some(key.0.as_str());
             inner.controllers.on_delete(kind, ns, &key.1)
@@ -540,56 +388,24 @@ impl Store {
         }
     }
 
-    fn record(
-        &self,
-        inner: &mut Inner,
-        kind: Kind,
-        ty: EventType,
-        obj: Arc<Entry>,
-        prev: Option<Arc<Entry>>,
-    ) {
-        let state = inner.kinds.get_mut(&kind).expect("all kinds present");
-        let line = event_line(ty.as_str(), &obj.bytes);
-        state.history.push_back(Arc::new(Event {
-            rv: obj.rv,
-            ty,
-            obj,
-            prev,
-            line,
-        }));
-        while state.history.len() > self.window {
-            let dropped = state.history.pop_front().expect("len > window >= 1");
-            state.horizon = state.horizon.max(dropped.rv);
-        }
-    }
-
-    /// Events of a kind after `rv`, oldest first, and the global RV they are complete up to; `Expired`
-    /// when the window no longer reaches back to `rv`.
+    /// Events of a kind after `rv`, oldest first, and the global RV they are complete up to;
+    /// `Expired` when the window no longer reaches back to `rv`.
     pub fn events_after(&self, kind: Kind, rv: u64) -> Result<(Vec<Arc<Event>>, u64), StoreError> {
         let inner = self.read();
-        let state = &inner.kinds[&kind];
-        if rv < state.horizon {
-            return Err(StoreError::Expired {
-                requested: rv,
-                oldest: state.horizon,
-            });
-        }
-        let start = state.history.partition_point(|e| e.rv <= rv);
-        Ok((state.history.range(start..).cloned().collect(), inner.rv))
+        Ok((inner.kinds[&kind].events_after(rv)?, inner.rv))
     }
 
     /// The oldest RV a watch of this kind can still start from.
     pub fn horizon(&self, kind: Kind) -> u64 {
-        self.read().kinds[&kind].horizon
+        self.read().kinds[&kind].horizon()
     }
 
     /// Drops every kind's history, as an etcd compaction followed by a watch-cache reset: older RVs get 410.
     pub fn compact(&self) {
         let mut inner = self.write();
         let rv = inner.rv;
-        for state in inner.kinds.values_mut() {
-            state.history.clear();
-            state.horizon = rv;
+        for log in inner.kinds.values_mut() {
+            log.compact(rv);
         }
     }
 
@@ -605,111 +421,13 @@ impl Store {
         filter: &dyn Fn(&Entry) -> bool,
     ) -> Result<Page, StoreError> {
         let inner = self.read();
-        let state = &inner.kinds[&kind];
-        let (rv, overrides) = match at {
-            ListAt::Latest => (inner.rv, BTreeMap::new()),
-            ListAt::NotOlderThan(n) if n > inner.rv => {
-                return Err(StoreError::TooLarge {
-                    requested: n,
-                    current: inner.rv,
-                });
-            }
-            ListAt::NotOlderThan(_) => (inner.rv, BTreeMap::new()),
-            ListAt::Exact(n) if n > inner.rv => {
-                return Err(StoreError::TooLarge {
-                    requested: n,
-                    current: inner.rv,
-                });
-            }
-            ListAt::Exact(n) => {
-                if n < state.horizon {
-                    return Err(StoreError::Expired {
-                        requested: n,
-                        oldest: state.horizon,
-                    });
-                }
-                // Undo, newest first, every event after n: what remains per key is its state at n.
-                let mut overrides: BTreeMap<Key, Option<Arc<Entry>>> = BTreeMap::new();
-                let start = state.history.partition_point(|e| e.rv <= n);
-                for e in state.history.range(start..).rev() {
-                    overrides.insert(e.obj.key.clone(), e.prev.clone());
-                }
-                (n, overrides)
-            }
-        };
-        let in_ns = |k: &Key| ns.is_none_or(|ns| k.0 == ns);
-        let lower = match after {
-            Some(k) => std::ops::Bound::Excluded(k.clone()),
-            None => match ns {
-                Some(ns) => std::ops::Bound::Included((ns.to_string(), String::new())),
-                None => std::ops::Bound::Unbounded,
-            },
-        };
-        let current = state
-            .objects
-            .range((lower.clone(), std::ops::Bound::Unbounded))
-            .filter(|(k, _)| !overrides.contains_key(*k))
-            .map(|(k, e)| (k, Some(e)));
-        let rewound = overrides
-            .range((lower, std::ops::Bound::Unbounded))
-            .map(|(k, e)| (k, e.as_ref()));
-        let mut items = Vec::new();
-        let mut next = None;
-        let mut remaining = 0;
-        for (k, e) in merge_by_key(current, rewound) {
-            if !in_ns(k) {
-                if ns.is_some_and(|ns| k.0.as_str() > ns) {
-                    break;
-                }
-                continue;
-            }
-            let Some(e) = e else { continue };
-            if !filter(e) {
-                continue;
-            }
-            if limit.is_some_and(|l| items.len() >= l) {
-                if next.is_none() {
-                    next = items.last().map(|e: &Arc<Entry>| e.key.clone());
-                }
-                remaining += 1;
-                continue;
-            }
-            items.push(e.clone());
-        }
-        Ok(Page {
-            rv,
-            items,
-            next,
-            remaining,
-        })
+        inner.kinds[&kind].list(inner.rv, ns, at, after, limit, filter)
     }
 }
 
 /// The kinds the endpoint controllers watch.
 fn reacts(kind: Kind) -> bool {
     matches!(kind, Kind::Pod | Kind::Service | Kind::Node)
-}
-
-/// Merges two key-ordered sequences with disjoint keys.
-fn merge_by_key<'a, A, B>(a: A, b: B) -> impl Iterator<Item = (&'a Key, Option<&'a Arc<Entry>>)>
-where
-    A: Iterator<Item = (&'a Key, Option<&'a Arc<Entry>>)>,
-    B: Iterator<Item = (&'a Key, Option<&'a Arc<Entry>>)>,
-{
-    let mut a = a.peekable();
-    let mut b = b.peekable();
-    std::iter::from_fn(move || match (a.peek(), b.peek()) {
-        (Some(x), Some(y)) => {
-            if x.0 <= y.0 {
-                a.next()
-            } else {
-                b.next()
-            }
-        }
-        (Some(_), None) => a.next(),
-        (None, Some(_)) => b.next(),
-        (None, None) => None,
-    })
 }
 
 /// Decodes the typed kinds, so that a malformed body is rejected before it is stored and the controllers
@@ -814,32 +532,6 @@ pub fn key_of(kind: Kind, value: &Value) -> Result<Key, StoreError> {
         String::new()
     };
     Ok((ns, name.to_string()))
-}
-
-fn string_map(v: Option<&Value>) -> BTreeMap<String, String> {
-    v.and_then(Value::as_object)
-        .map(|m| {
-            m.iter()
-                .filter_map(|(k, v)| v.as_str().map(|s| (k.clone(), s.to_string())))
-                .collect()
-        })
-        .unwrap_or_default()
-}
-
-fn index_fields(kind: Kind, v: &Value) -> Vec<(&'static str, String)> {
-    if kind != Kind::Pod {
-        return vec![];
-    }
-    let s = |p: &str| {
-        v.pointer(p)
-            .and_then(Value::as_str)
-            .unwrap_or("")
-            .to_string()
-    };
-    vec![
-        ("spec.nodeName", s("/spec/nodeName")),
-        ("status.phase", s("/status/phase")),
-    ]
 }
 
 fn mk_uid(seq: u64) -> String {

@@ -146,7 +146,7 @@ async fn bad_input_gets_the_right_status_never_a_crash() {
         (c.get(format!("{base}?continue=zz")), 400, "BadRequest"),
         (
             c.post(&base)
-                .body(vec![b' '; kube_sim::api::MAX_BODY_BYTES + 10]),
+                .body(vec![b' '; kube_sim::MAX_BODY_BYTES + 10]),
             413,
             "RequestEntityTooLarge",
         ),

@@ -5,7 +5,7 @@ use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde_json::json;
 
-use crate::store::StoreError;
+use crate::log::StoreError;
 
 /// An API error, rendered as a Status body.
 #[derive(Debug, Clone, PartialEq)]

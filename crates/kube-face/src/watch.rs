@@ -3,9 +3,11 @@
 //! transitions (an object leaving the selection is sent as DELETED), bookmarks, timeouts, and 410 when the
 //! client's RV has left the history window.
 //!
-//! Each watch reads the shared per-kind history by RV cursor: there is no per-watcher queue that a slow
-//! client could grow. A client too slow to keep up falls out of the window and gets 410 Expired, as the
-//! apiserver's watch cache would terminate it.
+//! Each watch reads the shared per-resource history by RV cursor and shares its encoded event lines:
+//! there is no per-watcher queue of events, only a small buffer of lines between the watch task and
+//! the connection. A client that leaves that buffer full for `slow_watcher_timeout` is closed, as the
+//! apiserver closes an unresponsive cacheWatcher; it re-watches from its last RV, and past the history
+//! window it gets 410 Expired and relists. Either way the others never wait for it.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -17,16 +19,16 @@ use bytes::Bytes;
 use tokio::sync::mpsc;
 use tokio::time::{Instant, sleep_until};
 
-use crate::api::{Query, Target, parse_rv, selected};
-use crate::kind::Kind;
-use crate::meter::WatchGuard;
-use crate::server::Shared;
+use crate::backend::{Backend, WatchObserver};
+use crate::log::{Entry, EventType, ListAt, event_line};
+use crate::request::{Query, Target, parse_rv, selected};
+use crate::resource::ResId;
+use crate::serve::{too_large, wait_for_rv};
 use crate::status::ApiError;
-use crate::store::{Entry, EventType, StoreError, event_line};
 
-/// Lines buffered between the watch task and the HTTP body. When full, the task waits (back-pressure);
-/// meanwhile its cursor ages and, past the history window, the watch ends with 410.
-const BUFFER_LINES: usize = 256;
+/// Chunks (one or more event lines) buffered between the watch task and the HTTP body. When full, the
+/// task waits up to `slow_watcher_timeout`, then closes the watch.
+const BUFFER_CHUNKS: usize = 64;
 
 /// Where a watch starts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -85,23 +87,19 @@ fn start_mode(q: &Query) -> Result<Start, ApiError> {
 
 /// Validates the request and starts the watch task; errors before the stream starts are plain Status
 /// responses, errors after it are ERROR events.
-pub fn start(
-    shared: Arc<Shared>,
+pub async fn start<B: Backend>(
+    backend: Arc<B>,
     target: &Target,
     mut q: Query,
     ua: &str,
     as_table: bool,
 ) -> Result<Response, ApiError> {
     let start = start_mode(&q)?;
-    if let Start::After(rv) = start {
-        let current = shared.store.resource_version();
-        if rv > current {
-            return Err(StoreError::TooLarge {
-                requested: rv,
-                current,
-            }
-            .into());
-        }
+    let r = target.resource;
+    if let Start::After(rv) = start
+        && !wait_for_rv(&*backend, r, rv).await
+    {
+        return Err(too_large(rv, backend.resource_version(r)));
     }
     if let Some(name) = &target.name {
         // A watch on one object (legacy /watch/.../name path) is a watch with a name field selector.
@@ -113,18 +111,20 @@ pub fn start(
     }
     let timeout = match q.timeout_seconds {
         Some(s) if s > 0 => Duration::from_secs(s),
-        _ => shared.settings.default_watch_timeout,
+        _ => backend.settings().default_timeout,
     };
-    let (tx, rx) = mpsc::channel::<Bytes>(BUFFER_LINES);
-    let guard = shared.meter.watch_opened(target.kind.plural(), ua);
+    let (tx, rx) = mpsc::channel::<Bytes>(BUFFER_CHUNKS);
+    let plural = backend.catalog().get(r).plural.clone();
+    let observer = backend.watch_opened(&plural, ua);
     let w = Watch {
-        shared,
-        kind: target.kind,
+        backend,
+        r,
         namespace: target.namespace.clone(),
         q,
         tx,
-        guard,
+        observer,
         table_columns_sent: as_table.then(|| std::sync::atomic::AtomicBool::new(false)),
+        pending: Vec::new(),
     };
     tokio::spawn(w.run(start, timeout));
     let stream =
@@ -146,23 +146,27 @@ use tokio_stream::StreamExt as _;
 #[derive(Debug, PartialEq, Eq)]
 enum End {
     ClientGone,
+    /// The client left its buffer full for too long.
+    Slow,
     Timeout,
     Closed,
     Expired,
 }
 
-struct Watch {
-    shared: Arc<Shared>,
-    kind: Kind,
+struct Watch<B: Backend> {
+    backend: Arc<B>,
+    r: ResId,
     namespace: Option<String>,
     q: Query,
     tx: mpsc::Sender<Bytes>,
-    guard: WatchGuard,
+    observer: Box<dyn WatchObserver>,
     /// Set when the client asked for Tables (kubectl get -w): whether the column definitions went out.
     table_columns_sent: Option<std::sync::atomic::AtomicBool>,
+    /// Lines of the current batch, sent as one chunk by `flush`.
+    pending: Vec<Bytes>,
 }
 
-impl Watch {
+impl<B: Backend> Watch<B> {
     fn wants(&self, e: &Entry) -> bool {
         self.namespace
             .as_deref()
@@ -170,15 +174,47 @@ impl Watch {
             && selected(&self.q, e)
     }
 
-    async fn send(&self, line: Bytes) -> Result<(), End> {
+    /// Queues a line for the next `flush`.
+    fn push(&mut self, line: Bytes) {
         let line = match &self.table_columns_sent {
             Some(sent) => self.as_table(&line, sent),
             None => line,
         };
-        let n = line.len() as u64;
-        self.tx.send(line).await.map_err(|_| End::ClientGone)?;
-        self.guard.sent(n);
-        Ok(())
+        self.pending.push(line);
+    }
+
+    /// Sends the queued lines as one chunk: one write to the connection per batch rather than per
+    /// event, which is what lets thousands of watchers share a burst of events.
+    async fn flush(&mut self) -> Result<(), End> {
+        let chunk = match self.pending.len() {
+            0 => return Ok(()),
+            1 => self.pending.pop().expect("one line"),
+            _ => {
+                let mut buf = Vec::with_capacity(self.pending.iter().map(|l| l.len()).sum());
+                for l in self.pending.drain(..) {
+                    buf.extend_from_slice(&l);
+                }
+                Bytes::from(buf)
+            }
+        };
+        let n = chunk.len() as u64;
+        let slow = self.backend.settings().slow_watcher_timeout;
+        match self.tx.send_timeout(chunk, slow).await {
+            Ok(()) => {
+                self.observer.sent(n);
+                Ok(())
+            }
+            Err(mpsc::error::SendTimeoutError::Closed(_)) => Err(End::ClientGone),
+            Err(mpsc::error::SendTimeoutError::Timeout(_)) => {
+                self.observer.closed_slow();
+                Err(End::Slow)
+            }
+        }
+    }
+
+    async fn send(&mut self, line: Bytes) -> Result<(), End> {
+        self.push(line);
+        self.flush().await
     }
 
     /// An object event re-encoded with a one-row Table, as the apiserver does for Table watches.
@@ -192,7 +228,7 @@ impl Watch {
         let first = !columns_sent.swap(true, std::sync::atomic::Ordering::Relaxed);
         let obj = ev["object"].take();
         let meta = serde_json::json!({"resourceVersion": obj["metadata"]["resourceVersion"]});
-        ev["object"] = crate::table::table(self.kind, &[obj], meta, first);
+        ev["object"] = crate::table::table(self.backend.catalog().get(self.r), &[obj], meta, first);
         let mut out = ev.to_string().into_bytes();
         out.push(b'\n');
         Bytes::from(out)
@@ -204,56 +240,68 @@ impl Watch {
         } else {
             ""
         };
+        let res = self.backend.catalog().get(self.r);
         let obj = format!(
             r#"{{"kind":"{}","apiVersion":"{}","metadata":{{"resourceVersion":"{rv}"{annotations}}}}}"#,
-            self.kind.name(),
-            self.kind.api_version()
+            res.kind,
+            res.api_version()
         );
         event_line("BOOKMARK", obj.as_bytes())
     }
 
-    async fn run(self, start: Start, timeout: Duration) {
-        let end = self.serve(start, timeout).await;
-        tracing::debug!(kind = self.kind.plural(), ?end, "watch ended");
-    }
-
-    async fn serve(&self, start: Start, timeout: Duration) -> End {
-        match self.stream(start, timeout).await {
+    async fn run(mut self, start: Start, timeout: Duration) {
+        let end = match self.stream(start, timeout).await {
             Ok(end) | Err(end) => end,
-        }
+        };
+        tracing::debug!(resource = self.r, ?end, "watch ended");
     }
 
-    async fn stream(&self, start: Start, timeout: Duration) -> Result<End, End> {
-        let store = &self.shared.store;
-        let mut rv_rx = store.subscribe();
-        let mut closer = self.shared.faults.closer();
-        closer.mark_unchanged();
+    async fn stream(&mut self, start: Start, timeout: Duration) -> Result<End, End> {
+        let backend = self.backend.clone();
+        let r = self.r;
+        let mut rv_rx = backend.subscribe(r);
+        let mut closer = backend.closer();
+        if let Some(c) = closer.as_mut() {
+            c.mark_unchanged();
+        }
         let began = Instant::now();
         let deadline = began + timeout;
         // "Shortly before the timeout" a bookmark lets the client resume without a relist.
         let final_bookmark_at = deadline - timeout.min(Duration::from_secs(2)) / 2;
-        let interval = self.shared.settings.bookmark_interval;
+        let interval = backend.settings().bookmark_interval;
         let mut next_bookmark = began + interval;
         let mut final_bookmark_sent = false;
 
         let mut cursor = match start {
             Start::After(rv) => rv,
-            Start::Now => store.resource_version(),
+            Start::Now => backend.resource_version(r),
             Start::InitialEvents { end_bookmark } => {
                 rv_rx.mark_unchanged();
-                let (rv, entries) = store.all(self.kind);
-                for e in entries.iter().filter(|e| self.wants(e)) {
-                    self.send(event_line("ADDED", &e.bytes)).await?;
+                let page = backend
+                    .list(
+                        r,
+                        self.namespace.as_deref(),
+                        ListAt::Latest,
+                        None,
+                        None,
+                        &|e| selected(&self.q, e),
+                    )
+                    .map_err(|_| End::Closed)?;
+                for chunk in page.items.chunks(64) {
+                    for e in chunk {
+                        self.push(event_line("ADDED", &e.bytes));
+                    }
+                    self.flush().await?;
                 }
                 if end_bookmark {
-                    self.send(self.bookmark(rv, true)).await?;
+                    self.send(self.bookmark(page.rv, true)).await?;
                 }
-                rv
+                page.rv
             }
         };
         loop {
             rv_rx.mark_unchanged();
-            let (events, complete_to) = match store.events_after(self.kind, cursor) {
+            let (events, complete_to) = match backend.events_after(r, cursor) {
                 Ok(ev) => ev,
                 Err(e) => {
                     let err = ApiError::from(e);
@@ -265,7 +313,7 @@ impl Watch {
                     return Ok(End::Expired);
                 }
             };
-            let delay = self.shared.faults.watch_delay();
+            let delay = backend.watch_delay();
             if !events.is_empty() && !delay.is_zero() {
                 tokio::time::sleep(delay).await;
             }
@@ -283,12 +331,13 @@ impl Watch {
                     _ => None,
                 };
                 if let Some(line) = line {
-                    self.send(line).await?;
+                    self.push(line);
                 }
                 cursor = ev.rv;
             }
-            // Nothing else of this kind happened up to `complete_to`: resuming from it loses nothing, and
-            // it keeps the cursor inside the window while other kinds churn.
+            self.flush().await?;
+            // Nothing else of this resource happened up to `complete_to`: resuming from it loses
+            // nothing, and it keeps the cursor inside the window while other resources churn.
             cursor = cursor.max(complete_to);
             let now = Instant::now();
             if self.q.allow_bookmarks && !final_bookmark_sent && now >= final_bookmark_at {
@@ -308,18 +357,26 @@ impl Watch {
             } else {
                 deadline
             };
+            let closed = async {
+                match closer.as_mut() {
+                    Some(c) => {
+                        let _ = c.changed().await;
+                    }
+                    None => std::future::pending::<()>().await,
+                }
+            };
             tokio::select! {
                 changed = rv_rx.changed() => {
                     if changed.is_err() {
                         return Ok(End::Closed);
                     }
                 }
-                _ = closer.changed() => return Ok(End::Closed),
+                _ = closed => return Ok(End::Closed),
                 _ = self.tx.closed() => return Ok(End::ClientGone),
                 _ = sleep_until(wake) => {
                     if self.q.allow_bookmarks && Instant::now() >= next_bookmark && Instant::now() < final_bookmark_at {
                         next_bookmark = Instant::now() + interval;
-                        // Bookmarks carry the newest RV this watch has seen its kind's history through.
+                        // Bookmarks carry the newest RV this watch has seen its resource's history through.
                         self.send(self.bookmark(cursor, false)).await?;
                     }
                 }

@@ -5,28 +5,28 @@
 
 use serde_json::{Value, json};
 
-use crate::kind::Kind;
+use crate::resource::Resource;
 
 /// Whether an Accept header asks for a Table.
 pub fn wanted(accept: Option<&str>) -> bool {
     accept.is_some_and(|a| a.contains("as=Table"))
 }
 
-fn columns(kind: Kind) -> Vec<(&'static str, &'static str)> {
+fn columns(r: &Resource) -> Vec<(&'static str, &'static str)> {
     let mut cols = vec![("Name", "name")];
-    cols.extend(match kind {
-        Kind::Pod => vec![("Ready", ""), ("Status", ""), ("Restarts", ""), ("Age", "")],
-        Kind::Service => vec![
+    cols.extend(match (r.group.as_str(), r.plural.as_str()) {
+        ("", "pods") => vec![("Ready", ""), ("Status", ""), ("Restarts", ""), ("Age", "")],
+        ("", "services") => vec![
             ("Type", ""),
             ("Cluster-IP", ""),
             ("External-IP", ""),
             ("Port(s)", ""),
             ("Age", ""),
         ],
-        Kind::Node => vec![("Status", ""), ("Roles", ""), ("Age", ""), ("Version", "")],
-        Kind::Namespace => vec![("Status", ""), ("Age", "")],
-        Kind::Endpoints => vec![("Endpoints", ""), ("Age", "")],
-        Kind::EndpointSlice => vec![
+        ("", "nodes") => vec![("Status", ""), ("Roles", ""), ("Age", ""), ("Version", "")],
+        ("", "namespaces") => vec![("Status", ""), ("Age", "")],
+        ("", "endpoints") => vec![("Endpoints", ""), ("Age", "")],
+        ("discovery.k8s.io", "endpointslices") => vec![
             ("AddressType", ""),
             ("Ports", ""),
             ("Endpoints", ""),
@@ -63,12 +63,12 @@ fn s(v: &Value) -> String {
     v.as_str().unwrap_or("").to_string()
 }
 
-fn cells(kind: Kind, o: &Value) -> Vec<Value> {
+fn cells(r: &Resource, o: &Value) -> Vec<Value> {
     let age = human_age(o["metadata"]["creationTimestamp"].as_str().unwrap_or(""));
     let name = s(&o["metadata"]["name"]);
     let list = |v: &Value| v.as_array().cloned().unwrap_or_default();
-    let rest: Vec<String> = match kind {
-        Kind::Pod => {
+    let rest: Vec<String> = match (r.group.as_str(), r.plural.as_str()) {
+        ("", "pods") => {
             let statuses = list(&o["status"]["containerStatuses"]);
             let total = list(&o["spec"]["containers"]).len();
             let ready = statuses.iter().filter(|c| c["ready"] == true).count();
@@ -90,7 +90,7 @@ fn cells(kind: Kind, o: &Value) -> Vec<Value> {
                 age,
             ]
         }
-        Kind::Service => {
+        ("", "services") => {
             let ports: Vec<String> = list(&o["spec"]["ports"])
                 .iter()
                 .map(|p| format!("{}/{}", p["port"], p["protocol"].as_str().unwrap_or("TCP")))
@@ -112,7 +112,7 @@ fn cells(kind: Kind, o: &Value) -> Vec<Value> {
                 age,
             ]
         }
-        Kind::Node => {
+        ("", "nodes") => {
             let ready = list(&o["status"]["conditions"])
                 .iter()
                 .any(|c| c["type"] == "Ready" && c["status"] == "True");
@@ -123,11 +123,11 @@ fn cells(kind: Kind, o: &Value) -> Vec<Value> {
                 s(&o["status"]["nodeInfo"]["kubeletVersion"]),
             ]
         }
-        Kind::Namespace => vec![
+        ("", "namespaces") => vec![
             o["status"]["phase"].as_str().unwrap_or("Active").into(),
             age,
         ],
-        Kind::Endpoints => {
+        ("", "endpoints") => {
             let mut eps = Vec::new();
             for sub in list(&o["subsets"]) {
                 for a in list(&sub["addresses"]) {
@@ -145,7 +145,7 @@ fn cells(kind: Kind, o: &Value) -> Vec<Value> {
             };
             vec![shown, age]
         }
-        Kind::EndpointSlice => {
+        ("discovery.k8s.io", "endpointslices") => {
             let ports: Vec<String> = list(&o["ports"])
                 .iter()
                 .map(|p| p["port"].to_string())
@@ -158,17 +158,17 @@ fn cells(kind: Kind, o: &Value) -> Vec<Value> {
     std::iter::once(name).chain(rest).map(Value::from).collect()
 }
 
-fn row(kind: Kind, o: &Value) -> Value {
+fn row(r: &Resource, o: &Value) -> Value {
     json!({
-        "cells": cells(kind, o),
+        "cells": cells(r, o),
         "object": {"kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1", "metadata": o["metadata"]}
     })
 }
 
 /// A Table of `objects`; `list_meta` is the list's metadata (resourceVersion, continue).
-pub fn table(kind: Kind, objects: &[Value], list_meta: Value, with_columns: bool) -> Value {
+pub fn table(r: &Resource, objects: &[Value], list_meta: Value, with_columns: bool) -> Value {
     let defs: Vec<Value> = if with_columns {
-        columns(kind)
+        columns(r)
             .into_iter()
             .map(|(name, format)| json!({"name": name, "type": "string", "format": format, "description": "", "priority": 0}))
             .collect()
@@ -180,7 +180,7 @@ pub fn table(kind: Kind, objects: &[Value], list_meta: Value, with_columns: bool
         "apiVersion": "meta.k8s.io/v1",
         "metadata": list_meta,
         "columnDefinitions": defs,
-        "rows": objects.iter().map(|o| row(kind, o)).collect::<Vec<_>>(),
+        "rows": objects.iter().map(|o| row(r, o)).collect::<Vec<_>>(),
     })
 }
 
@@ -193,7 +193,8 @@ mod tests {
         let pod = json!({"metadata": {"name": "web-1", "creationTimestamp": "2020-01-01T00:00:00Z"},
             "spec": {"containers": [{"name": "a"}, {"name": "b"}]},
             "status": {"phase": "Running", "containerStatuses": [{"ready": true, "restartCount": 2}, {"ready": false, "restartCount": 1}]}});
-        let t = table(Kind::Pod, &[pod], json!({"resourceVersion": "5"}), true);
+        let pods = Resource::builtin("pods").expect("pods");
+        let t = table(&pods, &[pod], json!({"resourceVersion": "5"}), true);
         assert_eq!(t["columnDefinitions"].as_array().expect("cols").len(), 5);
         let cells = &t["rows"][0]["cells"];
         assert_eq!(cells[0], "web-1");

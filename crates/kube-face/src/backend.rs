@@ -1,0 +1,115 @@
+//! What a server plugs into the face: its catalog, its stores, and hooks for accounting, admission
+//! and fault injection.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::http::{Method, StatusCode};
+use bytes::Bytes;
+use tokio::sync::watch;
+
+use crate::log::{Entry, Event, Key, ListAt, Page, StoreError};
+use crate::request::{Query, Target};
+use crate::resource::{Catalog, ResId};
+use crate::status::ApiError;
+
+/// Watch timing.
+#[derive(Debug, Clone, Copy)]
+pub struct WatchSettings {
+    /// How often a watch with allowWatchBookmarks gets a bookmark (the apiserver: about a minute).
+    pub bookmark_interval: Duration,
+    /// A watch's length when the client sets no timeoutSeconds (the apiserver: 30–60 minutes).
+    pub default_timeout: Duration,
+    /// How long a request for a resourceVersion the server has not reached yet waits for it before
+    /// 504 "Too large resource version" (the apiserver's watch cache: 3 s).
+    pub wait_for_rv: Duration,
+    /// How long a watcher may leave its buffer full before it is closed as unresponsive (the
+    /// apiserver closes a cacheWatcher whose channel stays full; the client then re-watches).
+    pub slow_watcher_timeout: Duration,
+}
+
+impl Default for WatchSettings {
+    fn default() -> Self {
+        WatchSettings {
+            bookmark_interval: Duration::from_secs(60),
+            default_timeout: Duration::from_secs(1800),
+            wait_for_rv: Duration::from_secs(3),
+            slow_watcher_timeout: Duration::from_secs(10),
+        }
+    }
+}
+
+/// A write request, for servers that take writes (kube-sim).
+#[derive(Debug)]
+pub struct WriteRequest<'a> {
+    pub method: &'a Method,
+    pub target: &'a Target,
+    pub query: &'a Query,
+    pub body: &'a [u8],
+}
+
+/// Per-watch accounting.
+pub trait WatchObserver: Send + Sync {
+    /// A line (event, bookmark or error) of `bytes` went to the client.
+    fn sent(&self, _bytes: u64) {}
+    /// The watch was closed because its client stopped reading.
+    fn closed_slow(&self) {}
+}
+
+/// An observer that counts nothing.
+pub struct NoopObserver;
+impl WatchObserver for NoopObserver {}
+
+/// A store and its hooks. `rv` arguments and results are the store's resourceVersions.
+pub trait Backend: Send + Sync + 'static {
+    fn catalog(&self) -> &Catalog;
+    fn settings(&self) -> &WatchSettings;
+    /// host:port, for discovery's serverAddressByClientCIDRs.
+    fn server_address(&self) -> String;
+
+    /// The newest RV the resource's state is complete to.
+    fn resource_version(&self, r: ResId) -> u64;
+    /// Wakes on every change of the resource (the value is its newest RV).
+    fn subscribe(&self, r: ResId) -> watch::Receiver<u64>;
+    fn get(&self, r: ResId, namespace: &str, name: &str) -> Option<Arc<Entry>>;
+    #[allow(clippy::too_many_arguments)]
+    fn list(
+        &self,
+        r: ResId,
+        ns: Option<&str>,
+        at: ListAt,
+        after: Option<&Key>,
+        limit: Option<usize>,
+        filter: &dyn Fn(&Entry) -> bool,
+    ) -> Result<Page, StoreError>;
+    /// Events after `rv`, and the RV they are complete up to.
+    fn events_after(&self, r: ResId, rv: u64) -> Result<(Vec<Arc<Event>>, u64), StoreError>;
+
+    /// Create, update or delete. Read-only servers keep the default: 405 with a Status.
+    fn write(&self, r: ResId, req: WriteRequest<'_>) -> Result<(StatusCode, Bytes), ApiError> {
+        let _ = r;
+        Err(ApiError::method_not_allowed(format!(
+            "this server is a read-only cache: {} is not allowed",
+            req.method
+        )))
+    }
+
+    /// Admission of a new list or watch; an error (429 with Retry-After) refuses it.
+    fn admit(&self, _verb: &str, _resource: &str) -> Result<(), ApiError> {
+        Ok(())
+    }
+    /// A request finished (watches: when started).
+    fn request_done(&self, _verb: &str, _resource: &str, _code: u16, _ua: &str, _bytes: u64) {}
+    /// A watch started streaming; the observer is dropped when it ends.
+    fn watch_opened(&self, _resource: &str, _ua: &str) -> Box<dyn WatchObserver> {
+        Box::new(NoopObserver)
+    }
+    /// A signal that closes every open watch when it changes (fault injection, shutdown).
+    fn closer(&self) -> Option<watch::Receiver<u64>> {
+        None
+    }
+    /// A delay before each batch of events (fault injection).
+    fn watch_delay(&self) -> Duration {
+        Duration::ZERO
+    }
+}

@@ -1,0 +1,421 @@
+//! One resource's objects and its bounded event history: what list, get and watch read. Each object's
+//! JSON is held once (`Entry::bytes`), and each change's watch line is encoded once and shared by every
+//! watcher (the apiserver's serialize-once cache, KEP-1152).
+//!
+//! The log does not own a resourceVersion counter: kube-sim stamps one global counter (as etcd does),
+//! herald passes its upstream's versions through. Callers pass the current version where it matters.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::ops::Bound;
+use std::sync::Arc;
+
+use bytes::Bytes;
+
+/// (namespace, name); namespace is "" for cluster-scoped resources. Ordered as the apiserver lists:
+/// by namespace, then name.
+pub type Key = (String, String);
+
+/// One stored version of an object.
+#[derive(Debug)]
+pub struct Entry {
+    pub key: Key,
+    pub rv: u64,
+    pub labels: BTreeMap<String, String>,
+    /// Field-selector values beyond metadata.name/namespace (e.g. spec.nodeName for pods).
+    pub fields: Vec<(&'static str, String)>,
+    /// The object as JSON, resourceVersion included: what list, get and watch send.
+    pub bytes: Bytes,
+}
+
+impl Entry {
+    pub fn namespace(&self) -> &str {
+        &self.key.0
+    }
+    pub fn name(&self) -> &str {
+        &self.key.1
+    }
+
+    /// The value of a field for field selectors; `None` for fields this resource does not index.
+    pub fn field(&self, field: &str) -> Option<String> {
+        match field {
+            "metadata.name" => Some(self.key.1.clone()),
+            "metadata.namespace" => Some(self.key.0.clone()),
+            f => self
+                .fields
+                .iter()
+                .find(|(k, _)| *k == f)
+                .map(|(_, v)| v.clone()),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EventType {
+    Added,
+    Modified,
+    Deleted,
+}
+
+impl EventType {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            EventType::Added => "ADDED",
+            EventType::Modified => "MODIFIED",
+            EventType::Deleted => "DELETED",
+        }
+    }
+}
+
+/// One change in a resource's history. `obj` is the new state (for DELETED: the last state, stamped
+/// with the deletion's RV, as the apiserver sends it); `prev` the state before, which watches with
+/// selectors need to turn an object leaving the selection into DELETED, and which lists at an older
+/// RV use to rewind.
+#[derive(Debug)]
+pub struct Event {
+    pub rv: u64,
+    pub ty: EventType,
+    pub obj: Arc<Entry>,
+    pub prev: Option<Arc<Entry>>,
+    /// `{"type":...,"object":...}\n`, encoded once and shared by every watcher.
+    pub line: Bytes,
+}
+
+/// A watch event line: `{"type":"<ty>","object":<object>}\n`.
+pub fn event_line(ty: &str, object: &[u8]) -> Bytes {
+    let mut line = Vec::with_capacity(object.len() + 32);
+    line.extend_from_slice(b"{\"type\":\"");
+    line.extend_from_slice(ty.as_bytes());
+    line.extend_from_slice(b"\",\"object\":");
+    line.extend_from_slice(object);
+    line.extend_from_slice(b"}\n");
+    Bytes::from(line)
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum StoreError {
+    #[error("{plural} {name:?} not found")]
+    NotFound { plural: String, name: String },
+    #[error("{plural} {name:?} already exists")]
+    AlreadyExists { plural: String, name: String },
+    #[error(
+        "Operation cannot be fulfilled on {plural} {name:?}: the object has been modified; please apply your changes to the latest version and try again"
+    )]
+    Conflict { plural: String, name: String },
+    #[error("too old resource version: {requested} ({oldest})")]
+    Expired { requested: u64, oldest: u64 },
+    #[error("Too large resource version: {requested}, current: {current}")]
+    TooLarge { requested: u64, current: u64 },
+    #[error("{0}")]
+    Invalid(String),
+    #[error("{0}")]
+    BadRequest(String),
+}
+
+/// Which state a list reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ListAt {
+    /// The newest state (resourceVersion unset or "0").
+    Latest,
+    /// The newest state, which must be at least this RV (resourceVersionMatch=NotOlderThan).
+    NotOlderThan(u64),
+    /// Exactly this RV (resourceVersionMatch=Exact, and continue tokens), rewound through history.
+    Exact(u64),
+}
+
+/// One page of a list.
+#[derive(Debug)]
+pub struct Page {
+    pub rv: u64,
+    pub items: Vec<Arc<Entry>>,
+    /// The last key returned when more items remain.
+    pub next: Option<Key>,
+    pub remaining: usize,
+}
+
+/// A resource's current objects and its recent history.
+#[derive(Debug)]
+pub struct ResourceLog {
+    objects: BTreeMap<Key, Arc<Entry>>,
+    history: VecDeque<Arc<Event>>,
+    /// Every event with rv > horizon is in `history`; a watch or exact list from an RV below it is
+    /// expired.
+    horizon: u64,
+    /// Events kept (the watch cache's capacity). NB: bounded so memory is too; a watcher whose cursor
+    /// falls out of it gets 410 Expired and relists, as from the apiserver's watch cache.
+    window: usize,
+}
+
+impl ResourceLog {
+    pub fn new(window: usize) -> ResourceLog {
+        ResourceLog {
+            objects: BTreeMap::new(),
+            history: VecDeque::new(),
+            horizon: 0,
+            window: window.max(1),
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        self.objects.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.objects.is_empty()
+    }
+
+    pub fn get(&self, key: &Key) -> Option<&Arc<Entry>> {
+        self.objects.get(key)
+    }
+
+    pub fn get_parts(&self, namespace: &str, name: &str) -> Option<&Arc<Entry>> {
+        // NB: BTreeMap<(String, String)> cannot be probed with borrowed parts; objects per namespace
+        // are few enough that a range scan would cost more than this allocation.
+        self.objects.get(&(namespace.to_string(), name.to_string()))
+    }
+
+    /// Current objects in key order.
+    pub fn values(&self) -> impl Iterator<Item = &Arc<Entry>> {
+        self.objects.values()
+    }
+
+    /// The newest event's RV, or the horizon when the history is empty.
+    pub fn last_event_rv(&self) -> u64 {
+        self.history.back().map_or(self.horizon, |e| e.rv)
+    }
+
+    pub fn horizon(&self) -> u64 {
+        self.horizon
+    }
+
+    /// Stores `entry` as the object's current state; `record`: add the change to the history (ADDED
+    /// or MODIFIED). Returns the previous state.
+    pub fn upsert(&mut self, entry: Arc<Entry>, record: bool) -> Option<Arc<Entry>> {
+        let prev = self.objects.insert(entry.key.clone(), entry.clone());
+        if record {
+            let ty = if prev.is_some() {
+                EventType::Modified
+            } else {
+                EventType::Added
+            };
+            self.record(ty, entry, prev.clone());
+        }
+        prev
+    }
+
+    /// Removes the object at `deleted.key`; `deleted` is its last state stamped with the deletion's
+    /// RV (what the DELETED event carries). Returns the removed state, or None when it was absent
+    /// (nothing is recorded then).
+    pub fn remove(&mut self, deleted: Arc<Entry>) -> Option<Arc<Entry>> {
+        let prev = self.objects.remove(&deleted.key)?;
+        self.record(EventType::Deleted, deleted, Some(prev.clone()));
+        Some(prev)
+    }
+
+    fn record(&mut self, ty: EventType, obj: Arc<Entry>, prev: Option<Arc<Entry>>) {
+        let line = event_line(ty.as_str(), &obj.bytes);
+        self.history.push_back(Arc::new(Event {
+            rv: obj.rv,
+            ty,
+            obj,
+            prev,
+            line,
+        }));
+        while self.history.len() > self.window {
+            let dropped = self.history.pop_front().expect("len > window >= 1");
+            self.horizon = self.horizon.max(dropped.rv);
+        }
+    }
+
+    /// Forgets the history up to `rv` (an etcd compaction, or a load before anyone watched): watches
+    /// and exact lists from older RVs get 410.
+    pub fn compact(&mut self, rv: u64) {
+        self.history.clear();
+        self.horizon = self.horizon.max(rv);
+    }
+
+    /// Events after `rv`, oldest first; `Expired` when the window no longer reaches back to `rv`.
+    pub fn events_after(&self, rv: u64) -> Result<Vec<Arc<Event>>, StoreError> {
+        if rv < self.horizon {
+            return Err(StoreError::Expired {
+                requested: rv,
+                oldest: self.horizon,
+            });
+        }
+        let start = self.history.partition_point(|e| e.rv <= rv);
+        Ok(self.history.range(start..).cloned().collect())
+    }
+
+    /// One page of a list at `at`, where `current` is the newest RV the log is complete to. `ns`: a
+    /// namespace, or all. `after`: the last key of the previous page. `filter` decides membership;
+    /// `limit` counts matching items.
+    #[allow(clippy::too_many_arguments)]
+    pub fn list(
+        &self,
+        current: u64,
+        ns: Option<&str>,
+        at: ListAt,
+        after: Option<&Key>,
+        limit: Option<usize>,
+        filter: &dyn Fn(&Entry) -> bool,
+    ) -> Result<Page, StoreError> {
+        let (rv, overrides) = match at {
+            ListAt::Latest => (current, BTreeMap::new()),
+            ListAt::NotOlderThan(n) | ListAt::Exact(n) if n > current => {
+                return Err(StoreError::TooLarge {
+                    requested: n,
+                    current,
+                });
+            }
+            ListAt::NotOlderThan(_) => (current, BTreeMap::new()),
+            ListAt::Exact(n) => {
+                if n < self.horizon {
+                    return Err(StoreError::Expired {
+                        requested: n,
+                        oldest: self.horizon,
+                    });
+                }
+                // Undo, newest first, every event after n: what remains per key is its state at n.
+                let mut overrides: BTreeMap<Key, Option<Arc<Entry>>> = BTreeMap::new();
+                let start = self.history.partition_point(|e| e.rv <= n);
+                for e in self.history.range(start..).rev() {
+                    overrides.insert(e.obj.key.clone(), e.prev.clone());
+                }
+                (n, overrides)
+            }
+        };
+        let in_ns = |k: &Key| ns.is_none_or(|ns| k.0 == ns);
+        let lower = match after {
+            Some(k) => Bound::Excluded(k.clone()),
+            None => match ns {
+                Some(ns) => Bound::Included((ns.to_string(), String::new())),
+                None => Bound::Unbounded,
+            },
+        };
+        let current = self
+            .objects
+            .range((lower.clone(), Bound::Unbounded))
+            .filter(|(k, _)| !overrides.contains_key(*k))
+            .map(|(k, e)| (k, Some(e)));
+        let rewound = overrides
+            .range((lower, Bound::Unbounded))
+            .map(|(k, e)| (k, e.as_ref()));
+        let mut items = Vec::new();
+        let mut next = None;
+        let mut remaining = 0;
+        for (k, e) in merge_by_key(current, rewound) {
+            if !in_ns(k) {
+                if ns.is_some_and(|ns| k.0.as_str() > ns) {
+                    break;
+                }
+                continue;
+            }
+            let Some(e) = e else { continue };
+            if !filter(e) {
+                continue;
+            }
+            if limit.is_some_and(|l| items.len() >= l) {
+                if next.is_none() {
+                    next = items.last().map(|e: &Arc<Entry>| e.key.clone());
+                }
+                remaining += 1;
+                continue;
+            }
+            items.push(e.clone());
+        }
+        Ok(Page {
+            rv,
+            items,
+            next,
+            remaining,
+        })
+    }
+}
+
+/// Merges two key-ordered sequences with disjoint keys.
+fn merge_by_key<'a, A, B>(a: A, b: B) -> impl Iterator<Item = (&'a Key, Option<&'a Arc<Entry>>)>
+where
+    A: Iterator<Item = (&'a Key, Option<&'a Arc<Entry>>)>,
+    B: Iterator<Item = (&'a Key, Option<&'a Arc<Entry>>)>,
+{
+    let mut a = a.peekable();
+    let mut b = b.peekable();
+    std::iter::from_fn(move || match (a.peek(), b.peek()) {
+        (Some(x), Some(y)) => {
+            if x.0 <= y.0 {
+                a.next()
+            } else {
+                b.next()
+            }
+        }
+        (Some(_), None) => a.next(),
+        (None, Some(_)) => b.next(),
+        (None, None) => None,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn mk_entry(ns: &str, name: &str, rv: u64) -> Arc<Entry> {
+        Arc::new(Entry {
+            key: (ns.into(), name.into()),
+            rv,
+            labels: BTreeMap::new(),
+            fields: vec![],
+            bytes: Bytes::from(format!(
+                r#"{{"metadata":{{"name":"{name}","resourceVersion":"{rv}"}}}}"#
+            )),
+        })
+    }
+
+    #[test]
+    fn exact_lists_rewind_through_the_history_and_expire_past_the_window() {
+        let mut log = ResourceLog::new(3);
+        log.upsert(mk_entry("a", "x", 1), true);
+        log.upsert(mk_entry("a", "y", 2), true);
+        log.upsert(mk_entry("a", "x", 3), true);
+        log.remove(mk_entry("a", "y", 4));
+        let all = |_: &Entry| true;
+        let at = |rv| log.list(4, None, ListAt::Exact(rv), None, None, &all);
+        let names = |p: Page| -> Vec<(String, u64)> {
+            p.items.iter().map(|e| (e.key.1.clone(), e.rv)).collect()
+        };
+        assert_eq!(names(at(4).expect("now")), vec![("x".into(), 3)]);
+        assert_eq!(
+            names(at(2).expect("rewound")),
+            vec![("x".into(), 1), ("y".into(), 2)]
+        );
+        // window 3 dropped the first event: rv 0 is gone
+        assert!(matches!(at(0), Err(StoreError::Expired { .. })));
+        assert!(matches!(at(9), Err(StoreError::TooLarge { .. })));
+        assert_eq!(log.events_after(2).expect("in window").len(), 2);
+        assert!(log.events_after(0).is_err());
+    }
+
+    #[test]
+    fn pages_follow_key_order_and_count_the_remainder() {
+        let mut log = ResourceLog::new(10);
+        for (i, n) in ["a", "b", "c", "d"].iter().enumerate() {
+            log.upsert(mk_entry("ns", n, i as u64 + 1), false);
+        }
+        let p = log
+            .list(4, Some("ns"), ListAt::Latest, None, Some(3), &|_| true)
+            .expect("page");
+        assert_eq!(p.items.len(), 3);
+        assert_eq!(p.next, Some(("ns".into(), "c".into())));
+        assert_eq!(p.remaining, 1);
+        let rest = log
+            .list(
+                4,
+                Some("ns"),
+                ListAt::Exact(4),
+                p.next.as_ref(),
+                Some(3),
+                &|_| true,
+            )
+            .expect("page 2");
+        assert_eq!(rest.items.len(), 1);
+        assert!(rest.next.is_none());
+    }
+}

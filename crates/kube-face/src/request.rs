@@ -1,0 +1,388 @@
+//! Requests to the Kubernetes API: paths routed to resources (or discovery documents), and the list
+//! and watch query parameters validated as the apiserver validates them.
+
+use axum::http::{HeaderMap, header};
+use kube_selectors::{FieldSelector, LabelSelector};
+use serde_json::Value;
+
+use crate::discovery;
+use crate::log::{Entry, Key, ListAt};
+use crate::resource::{Catalog, ResId, Resource};
+use crate::status::ApiError;
+
+/// The apiserver's request body limit (3 MiB).
+pub const MAX_BODY_BYTES: usize = 3 * 1024 * 1024;
+
+/// Where a request points.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Target {
+    pub resource: ResId,
+    pub namespace: Option<String>,
+    pub name: Option<String>,
+    /// The legacy `/watch/` path prefix was used.
+    pub watch_path: bool,
+}
+
+/// What a non-resource path asks for.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Route {
+    Resource(Target),
+    Discovery(Value),
+}
+
+/// Parses `/api/v1/...` and `/apis/{group}/{version}/...` against the served resources.
+pub fn route(path: &str, catalog: &Catalog, server_address: &str) -> Result<Route, ApiError> {
+    let segs: Vec<&str> = path
+        .trim_matches('/')
+        .split('/')
+        .filter(|s| !s.is_empty())
+        .collect();
+    let not_found = || ApiError::not_found("the server could not find the requested resource");
+    let (group, version, rest) = match segs.as_slice() {
+        ["version"] => return Ok(Route::Discovery(discovery::version())),
+        ["api"] => {
+            return Ok(Route::Discovery(discovery::core_versions(
+                catalog,
+                server_address,
+            )));
+        }
+        ["apis"] => return Ok(Route::Discovery(discovery::group_list(catalog))),
+        ["apis", g] => {
+            return discovery::group(catalog, g)
+                .map(Route::Discovery)
+                .ok_or_else(not_found);
+        }
+        ["openapi", "v3"] => return Ok(Route::Discovery(crate::openapi::root(catalog))),
+        ["openapi", "v3", rest @ ..] => {
+            return crate::openapi::group_version(catalog, &rest.join("/"))
+                .map(Route::Discovery)
+                .ok_or_else(not_found);
+        }
+        ["api", v, rest @ ..] => ("", *v, rest),
+        ["apis", g, v, rest @ ..] => (*g, *v, rest),
+        _ => return Err(not_found()),
+    };
+    if rest.is_empty() {
+        return discovery::resources(catalog, group, version)
+            .map(Route::Discovery)
+            .ok_or_else(not_found);
+    }
+    let (watch_path, rest) = match rest {
+        ["watch", rest @ ..] => (true, rest),
+        rest => (false, rest),
+    };
+    let kind_of = |plural: &str| catalog.find(group, version, plural).ok_or_else(not_found);
+    let (resource, namespace, name) = match rest {
+        ["namespaces", ns, plural] => (kind_of(plural)?, Some(ns.to_string()), None),
+        ["namespaces", ns, plural, name] => (
+            kind_of(plural)?,
+            Some(ns.to_string()),
+            Some(name.to_string()),
+        ),
+        [plural] => (kind_of(plural)?, None, None),
+        [plural, name] => (kind_of(plural)?, None, Some(name.to_string())),
+        _ => return Err(not_found()),
+    };
+    if namespace.is_some() && !catalog.get(resource).namespaced {
+        return Err(not_found());
+    }
+    Ok(Route::Resource(Target {
+        resource,
+        namespace,
+        name,
+        watch_path,
+    }))
+}
+
+/// The list and watch query parameters, validated.
+#[derive(Debug, Clone, Default)]
+pub struct Query {
+    pub watch: bool,
+    pub resource_version: Option<String>,
+    pub resource_version_match: Option<String>,
+    pub limit: Option<usize>,
+    pub continue_token: Option<String>,
+    pub label: LabelSelector,
+    pub field: FieldSelector,
+    pub timeout_seconds: Option<u64>,
+    pub allow_bookmarks: bool,
+    pub send_initial_events: Option<bool>,
+    pub dry_run: bool,
+}
+
+fn parse_bool(name: &str, v: &str) -> Result<bool, ApiError> {
+    match v {
+        "true" | "1" | "True" => Ok(true),
+        "false" | "0" | "False" | "" => Ok(false),
+        _ => Err(ApiError::bad_request(format!(
+            "invalid value {v:?} for query parameter {name}: expected true or false"
+        ))),
+    }
+}
+
+pub fn parse_query(raw: Option<&str>, resource: &Resource) -> Result<Query, ApiError> {
+    let mut q = Query::default();
+    for (k, v) in form_pairs(raw.unwrap_or("")) {
+        match k.as_str() {
+            "watch" => q.watch = parse_bool("watch", &v)?,
+            "resourceVersion" => q.resource_version = Some(v).filter(|s| !s.is_empty()),
+            "resourceVersionMatch" => q.resource_version_match = Some(v).filter(|s| !s.is_empty()),
+            "limit" => {
+                let n: i64 = v.parse().map_err(|_| {
+                    ApiError::bad_request(format!(
+                        "invalid value {v:?} for query parameter limit: expected an integer"
+                    ))
+                })?;
+                q.limit = (n > 0).then_some(n as usize);
+            }
+            "continue" => q.continue_token = Some(v).filter(|s| !s.is_empty()),
+            "labelSelector" => {
+                q.label = LabelSelector::parse(&v).map_err(|e| {
+                    ApiError::bad_request(format!("unable to parse labelSelector {v:?}: {e}"))
+                })?
+            }
+            "fieldSelector" => {
+                let f = FieldSelector::parse(&v).map_err(|e| {
+                    ApiError::bad_request(format!("unable to parse fieldSelector: {e}"))
+                })?;
+                if let Some(bad) = f.fields().find(|f| !resource.supports_field(f)) {
+                    return Err(ApiError::bad_request(format!(
+                        "field label not supported: {bad} (for {})",
+                        resource.plural
+                    )));
+                }
+                q.field = f;
+            }
+            "timeoutSeconds" => {
+                q.timeout_seconds = Some(v.parse().map_err(|_| {
+                    ApiError::bad_request(format!(
+                        "invalid value {v:?} for query parameter timeoutSeconds"
+                    ))
+                })?)
+            }
+            "allowWatchBookmarks" => q.allow_bookmarks = parse_bool("allowWatchBookmarks", &v)?,
+            "sendInitialEvents" => {
+                q.send_initial_events = Some(parse_bool("sendInitialEvents", &v)?)
+            }
+            "dryRun" => q.dry_run = v == "All",
+            _ => {}
+        }
+    }
+    if let Some(m) = &q.resource_version_match
+        && !matches!(m.as_str(), "NotOlderThan" | "Exact")
+    {
+        return Err(ApiError::bad_request(format!(
+            "resourceVersionMatch: Unsupported value: {m:?}: supported values: \"Exact\", \"NotOlderThan\""
+        )));
+    }
+    Ok(q)
+}
+
+/// `application/x-www-form-urlencoded` pairs, percent-decoded.
+pub fn form_pairs(raw: &str) -> Vec<(String, String)> {
+    raw.split('&')
+        .filter(|p| !p.is_empty())
+        .map(|p| {
+            let (k, v) = p.split_once('=').unwrap_or((p, ""));
+            (percent_decode(k), percent_decode(v))
+        })
+        .collect()
+}
+
+fn percent_decode(s: &str) -> String {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        let hex = (b[i] == b'%')
+            .then(|| s.get(i + 1..i + 3))
+            .flatten()
+            .and_then(|h| u8::from_str_radix(h, 16).ok());
+        match (b[i], hex) {
+            (_, Some(v)) => {
+                out.push(v);
+                i += 3;
+            }
+            (b'+', None) => {
+                out.push(b' ');
+                i += 1;
+            }
+            (c, None) => {
+                out.push(c);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+pub fn parse_rv(v: &str) -> Result<u64, ApiError> {
+    v.parse().map_err(|_| {
+        ApiError::bad_request(format!(
+            "invalid resource version {v:?}: expected an unsigned integer"
+        ))
+    })
+}
+
+/// The continue token: opaque to clients; here the snapshot RV and the last key returned, hex-encoded.
+pub fn encode_continue(rv: u64, key: &Key) -> String {
+    let raw = format!("{rv}/{}/{}", key.0, key.1);
+    raw.bytes().map(|b| format!("{b:02x}")).collect()
+}
+
+pub fn decode_continue(token: &str) -> Result<(u64, Key), ApiError> {
+    let bad = || ApiError::bad_request(format!("invalid continue token {token:?}"));
+    if !token.len().is_multiple_of(2) {
+        return Err(bad());
+    }
+    let bytes: Vec<u8> = (0..token.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(&token[i..i + 2], 16))
+        .collect::<Result<_, _>>()
+        .map_err(|_| bad())?;
+    let raw = String::from_utf8(bytes).map_err(|_| bad())?;
+    let mut parts = raw.splitn(3, '/');
+    let (Some(rv), Some(ns), Some(name)) = (parts.next(), parts.next(), parts.next()) else {
+        return Err(bad());
+    };
+    Ok((
+        rv.parse().map_err(|_| bad())?,
+        (ns.to_string(), name.to_string()),
+    ))
+}
+
+/// Whether an entry passes a request's selectors.
+pub fn selected(q: &Query, e: &Entry) -> bool {
+    q.label.matches(&e.labels) && q.field.matches(|f| e.field(f))
+}
+
+pub fn user_agent(headers: &HeaderMap) -> String {
+    headers
+        .get(header::USER_AGENT)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("unknown")
+        .to_string()
+}
+
+/// resourceVersion + resourceVersionMatch of a list, per the API concepts doc.
+pub fn list_at(rv: Option<&str>, rv_match: Option<&str>) -> Result<ListAt, ApiError> {
+    match (rv, rv_match) {
+        (None, None) => Ok(ListAt::Latest),
+        (None, Some(m)) => Err(ApiError::bad_request(format!(
+            "resourceVersionMatch {m:?} is forbidden unless resourceVersion is provided"
+        ))),
+        (Some("0"), Some("Exact")) => Err(ApiError::bad_request(
+            "resourceVersionMatch \"Exact\" is forbidden for resourceVersion \"0\"",
+        )),
+        (Some("0"), _) => Ok(ListAt::Latest),
+        (Some(v), Some("Exact")) => Ok(ListAt::Exact(parse_rv(v)?)),
+        (Some(v), _) => Ok(ListAt::NotOlderThan(parse_rv(v)?)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn mk_catalog() -> Catalog {
+        Catalog {
+            resources: ["namespaces", "pods", "services", "endpointslices"]
+                .into_iter()
+                .map(|p| Resource::builtin(p).expect("builtin"))
+                .collect(),
+            writable: false,
+        }
+    }
+    const NS: ResId = 0;
+    const POD: ResId = 1;
+    const SLICE: ResId = 3;
+
+    #[test]
+    fn paths_route_to_kinds_namespaces_and_names() {
+        let cat = mk_catalog();
+        let r = |p| match route(p, &cat, "x") {
+            Ok(Route::Resource(t)) => t,
+            other => panic!("{p}: {other:?}"),
+        };
+        assert_eq!(r("/api/v1/pods").resource, POD);
+        let t = r("/api/v1/namespaces/default/pods/web-1");
+        assert_eq!(
+            (t.namespace.as_deref(), t.name.as_deref()),
+            (Some("default"), Some("web-1"))
+        );
+        let t = r("/api/v1/namespaces/kube-system");
+        assert_eq!((t.resource, t.name.as_deref()), (NS, Some("kube-system")));
+        let t = r("/apis/discovery.k8s.io/v1/namespaces/a/endpointslices");
+        assert_eq!(t.resource, SLICE);
+        assert!(r("/api/v1/watch/namespaces/a/pods").watch_path);
+        for bad in [
+            "/api/v1/widgets",
+            "/apis/apps/v1/deployments",
+            "/api/v2/pods",
+            "/api/v1/namespaces/a/namespaces",
+            "/api/v1/nodes",
+            "/nope",
+        ] {
+            assert_eq!(route(bad, &cat, "x").expect_err(bad).code, 404, "{bad}");
+        }
+    }
+
+    #[test]
+    fn continue_tokens_round_trip_and_reject_garbage() {
+        let key = ("ns".to_string(), "a.b".to_string());
+        assert_eq!(
+            decode_continue(&encode_continue(42, &key)).expect("valid"),
+            (42, key)
+        );
+        assert_eq!(decode_continue("zz").expect_err("garbage").code, 400);
+    }
+
+    #[test]
+    fn query_parameters_are_validated() {
+        let pods = Resource::builtin("pods").expect("pods");
+        let services = Resource::builtin("services").expect("services");
+        let q = parse_query(
+            Some("labelSelector=app%3Dweb%2Ctier+in+%28a%29&limit=5&watch=1"),
+            &pods,
+        )
+        .expect("valid");
+        assert!(q.watch);
+        assert_eq!(q.limit, Some(5));
+        assert_eq!(q.label.requirements.len(), 2);
+        for bad in [
+            "limit=x",
+            "labelSelector=a%20b",
+            "fieldSelector=spec.foo%3Dx",
+            "resourceVersionMatch=Newest",
+            "watch=maybe",
+        ] {
+            assert_eq!(
+                parse_query(Some(bad), &pods).expect_err(bad).code,
+                400,
+                "{bad}"
+            );
+        }
+        // spec.nodeName is a pod field only
+        assert!(parse_query(Some("fieldSelector=spec.nodeName%3Dn"), &services).is_err());
+    }
+
+    #[test]
+    fn list_resource_versions_follow_the_api_concepts_table() {
+        assert_eq!(list_at(None, None).expect("ok"), ListAt::Latest);
+        assert_eq!(list_at(Some("0"), None).expect("ok"), ListAt::Latest);
+        assert_eq!(
+            list_at(Some("7"), None).expect("ok"),
+            ListAt::NotOlderThan(7)
+        );
+        assert_eq!(
+            list_at(Some("7"), Some("Exact")).expect("ok"),
+            ListAt::Exact(7)
+        );
+        assert_eq!(list_at(Some("abc"), None).expect_err("bad").code, 400);
+        assert_eq!(list_at(None, Some("Exact")).expect_err("bad").code, 400);
+        assert_eq!(
+            list_at(Some("0"), Some("Exact")).expect_err("bad").code,
+            400
+        );
+    }
+}
