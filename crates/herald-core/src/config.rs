@@ -31,9 +31,51 @@ pub const CLIENT_SETTINGS: &[&str] = &[
 ];
 
 /// The whole job file.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Config {
     pub jobs: Vec<Job>,
+    /// The `kube_api:` section: herald's read-only Kubernetes API face.
+    pub kube_api: KubeApiConfig,
+}
+
+/// `kube_api:`: what herald's Kubernetes API face serves and how. Resource names are resolved (and
+/// rejected when unknown) by the server, which knows the built-in resources.
+#[derive(Debug, Clone, PartialEq, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct KubeApiConfig {
+    /// Where to serve it (`--kube-listen` overrides). Unset: the face is off.
+    #[serde(default)]
+    pub listen: Option<String>,
+    /// Cached and served kinds beyond what the jobs need. Empty: the default set.
+    #[serde(default)]
+    pub kinds: Vec<KindRef>,
+    /// A file of bearer tokens, one per line, re-read when it changes.
+    #[serde(default)]
+    pub token_file: Option<String>,
+    /// Serve without authentication on a non-loopback address.
+    #[serde(default)]
+    pub insecure: bool,
+    /// New lists and watches admitted per second (a token bucket), and its burst.
+    #[serde(default)]
+    pub admission_rate: Option<f64>,
+    #[serde(default)]
+    pub admission_burst: Option<u32>,
+    /// Events kept per kind for downstream watch resumption.
+    #[serde(default)]
+    pub history_window: Option<usize>,
+}
+
+/// A kind to serve: a built-in by plural name (`pods`, `ingresses.networking.k8s.io`), or a custom
+/// resource by group, version and resource.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(untagged)]
+pub enum KindRef {
+    Builtin(String),
+    Custom {
+        group: String,
+        version: String,
+        resource: String,
+    },
 }
 
 impl Config {
@@ -143,6 +185,8 @@ pub enum JobError {
 struct RawConfig {
     #[serde(default)]
     jobs: Option<Vec<serde_yaml::Value>>,
+    #[serde(default)]
+    kube_api: Option<serde_yaml::Value>,
 }
 
 /// A job's top level. Sections stay raw YAML so each is decoded on its own and its errors can say
@@ -226,7 +270,13 @@ pub fn parse_config(yaml: &str) -> Result<Config, ConfigError> {
         })?;
         jobs.push(job);
     }
-    Ok(Config { jobs })
+    let kube_api = match raw.kube_api {
+        None | Some(serde_yaml::Value::Null) => KubeApiConfig::default(),
+        Some(v) => {
+            serde_yaml::from_value(v).map_err(|e| ConfigError::Yaml(format!("kube_api: {e}")))?
+        }
+    };
+    Ok(Config { jobs, kube_api })
 }
 
 fn job_name(index: usize, value: &serde_yaml::Value) -> Result<String, ConfigError> {

@@ -14,6 +14,8 @@ use k8s_openapi::api::networking::v1::Ingress;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde::de::DeserializeOwned;
 
+use kube_face::Entry;
+
 use crate::filter::JobFilter;
 
 /// A kind herald watches upstream. Never more than one watch per kind, whatever the jobs.
@@ -54,6 +56,24 @@ impl WatchKind {
 
     pub fn from_plural(plural: &str) -> Option<WatchKind> {
         WatchKind::ALL.into_iter().find(|k| k.plural() == plural)
+    }
+
+    /// The kind's API description (kube-face's built-in table).
+    pub fn resource(self) -> kube_face::Resource {
+        let name = match self {
+            WatchKind::EndpointSlice => "endpointslices.discovery.k8s.io",
+            WatchKind::Ingress => "ingresses.networking.k8s.io",
+            k => k.plural(),
+        };
+        kube_face::Resource::builtin(name).expect("every watched kind is a kube-face built-in")
+    }
+
+    /// The watched kind a served resource is, if any.
+    pub fn of_resource(r: &kube_face::Resource) -> Option<WatchKind> {
+        WatchKind::ALL.into_iter().find(|k| {
+            let own = k.resource();
+            own.group == r.group && own.plural == r.plural && own.version == r.version
+        })
     }
 
     pub fn namespaced(self) -> bool {
@@ -191,6 +211,29 @@ impl Object {
         Ok(obj.without_managed_fields())
     }
 
+    /// Checks that upstream JSON decodes as `kind` (what discovery will later decode on demand), so
+    /// that a malformed object is refused when it arrives rather than when a group is built.
+    pub fn validate_json(kind: WatchKind, json: &[u8]) -> Result<(), DecodeError> {
+        fn check<T: DeserializeOwned>(kind: WatchKind, json: &[u8]) -> Result<(), DecodeError> {
+            serde_json::from_slice::<T>(json)
+                .map(drop)
+                .map_err(|source| DecodeError::Invalid {
+                    kind: kind.plural(),
+                    key: String::new(),
+                    source,
+                })
+        }
+        match kind {
+            WatchKind::Namespace => check::<Namespace>(kind, json),
+            WatchKind::Node => check::<Node>(kind, json),
+            WatchKind::Service => check::<Service>(kind, json),
+            WatchKind::Pod => check::<Pod>(kind, json),
+            WatchKind::Endpoints => check::<Endpoints>(kind, json),
+            WatchKind::EndpointSlice => check::<EndpointSlice>(kind, json),
+            WatchKind::Ingress => check::<Ingress>(kind, json),
+        }
+    }
+
     /// The object's JSON, as stored.
     pub fn to_json(&self) -> Bytes {
         fn enc<T: serde::Serialize>(o: &T) -> Bytes {
@@ -207,12 +250,12 @@ impl Object {
         }
     }
 
-    /// Decodes JSON that `to_json` produced from an object of the same kind.
+    /// Decodes stored JSON: encoded by `to_json`, or upstream JSON that passed `validate_json`.
     fn from_stored_json(kind: WatchKind, json: &[u8]) -> Object {
         fn dec<T: DeserializeOwned>(json: &[u8]) -> Arc<T> {
             Arc::new(
                 serde_json::from_slice(json)
-                    .expect("stored JSON was encoded from the same k8s-openapi type"),
+                    .expect("stored JSON was validated as this kind when it was stored"),
             )
         }
         match kind {
@@ -344,28 +387,54 @@ impl Object {
     }
 }
 
-/// How an object is kept between uses: its compact JSON plus its labels (for label selectors),
-/// decoded on demand while groups are built. NB: a k8s-openapi `Pod` takes ~13 KiB in memory
-/// (`Container` alone is 2 KiB inline, mostly `None`s) against ~2.5 KiB of JSON, so holding 150,000
-/// typed pods would cost ~2 GiB.
+/// How an object is kept between uses: the cache's entry (its upstream JSON and labels, shared with
+/// the Kubernetes API face, so an object served on both faces is held once), decoded on demand while
+/// groups are built. NB: a k8s-openapi `Pod` takes ~13 KiB in memory (`Container` alone is 2 KiB
+/// inline, mostly `None`s) against ~2.5 KiB of JSON, so holding 150,000 typed pods would cost ~2 GiB.
 #[derive(Debug)]
 pub struct Stored {
-    json: Bytes,
-    labels: BTreeMap<String, String>,
+    entry: Arc<Entry>,
     decoded: OnceCell<Object>,
 }
 
 impl Stored {
+    /// An object that did not come from upstream (tests, fixtures): stored as its compact JSON.
     pub fn new(obj: &Object) -> Stored {
+        let bytes = obj.to_json();
+        let head = kube_face::scan::head(&obj.kind().resource(), &bytes);
+        let (labels, fields) = match head {
+            Ok(h) => (h.labels, h.fields),
+            Err(_) => (obj.labels().clone(), vec![]),
+        };
+        let key = obj.key();
+        Stored::from_entry(Arc::new(Entry {
+            key: (key.namespace, key.name),
+            rv: 0,
+            labels,
+            fields,
+            bytes,
+        }))
+    }
+
+    /// An entry of the cache, already validated as its kind.
+    pub fn from_entry(entry: Arc<Entry>) -> Stored {
         Stored {
-            json: obj.to_json(),
-            labels: obj.labels().clone(),
+            entry,
             decoded: OnceCell::new(),
         }
     }
 
     pub fn labels(&self) -> &BTreeMap<String, String> {
-        &self.labels
+        &self.entry.labels
+    }
+
+    fn json(&self) -> &Bytes {
+        &self.entry.bytes
+    }
+
+    /// The cache entry behind it.
+    pub fn entry(&self) -> &Arc<Entry> {
+        &self.entry
     }
 }
 
@@ -411,7 +480,7 @@ impl Cluster {
         let stored = self.get(kind, key)?;
         Some(stored.decoded.get_or_init(|| {
             self.decoded.borrow_mut().push((kind, key.clone()));
-            Object::from_stored_json(kind, &stored.json)
+            Object::from_stored_json(kind, stored.json())
         }))
     }
 
@@ -420,7 +489,7 @@ impl Cluster {
         let Some(stored) = self.get(kind, key) else {
             return false;
         };
-        filter.admits_parts(kind, &key.namespace, &stored.labels, |field| {
+        filter.admits_parts(kind, &key.namespace, stored.labels(), |field| {
             self.object(kind, key).and_then(|o| o.field(field))
         })
     }
@@ -440,14 +509,15 @@ impl Cluster {
     }
 
     /// Stores `obj`. Returns whether anything changed (a byte-equal object is not a change).
-    pub fn insert(&mut self, obj: &Object) -> bool {
-        let stored = Stored::new(obj);
-        let store = self.stores.entry(obj.kind()).or_default();
-        let key = obj.key();
-        if store.get(&key).is_some_and(|old| old.json == stored.json) {
+    pub fn insert(&mut self, obj: StoredObject) -> bool {
+        let store = self.stores.entry(obj.kind).or_default();
+        if store
+            .get(&obj.key)
+            .is_some_and(|old| old.json() == obj.stored.json())
+        {
             return false;
         }
-        store.insert(key, stored);
+        store.insert(obj.key, obj.stored);
         true
     }
 
@@ -483,7 +553,7 @@ impl Cluster {
         }
         let mut changed: Vec<ObjectKey> = old
             .iter()
-            .filter(|(k, o)| fresh.get(*k).is_none_or(|n| n.json != o.json))
+            .filter(|(k, o)| fresh.get(*k).is_none_or(|n| n.json() != o.json()))
             .map(|(k, _)| k.clone())
             .collect();
         changed.extend(
@@ -598,9 +668,9 @@ mod tests {
     #[test]
     fn objects_are_kept_as_json_and_decoded_only_until_released() {
         let mut cluster = Cluster::default();
-        assert!(cluster.insert(&mk_pod("a", "127.16.0.1")));
+        assert!(cluster.insert(mk_pod("a", "127.16.0.1").into()));
         assert!(
-            !cluster.insert(&mk_pod("a", "127.16.0.1")),
+            !cluster.insert(mk_pod("a", "127.16.0.1").into()),
             "byte-equal is no change"
         );
         assert_eq!(cluster.decoded_count(), 0);
@@ -629,7 +699,7 @@ mod tests {
             ("b", "127.16.0.2"),
             ("c", "127.16.0.3"),
         ] {
-            cluster.insert(&mk_pod(n, ip));
+            cluster.insert(mk_pod(n, ip).into());
         }
         let fresh = vec![
             mk_pod("a", "127.16.0.1").into(),

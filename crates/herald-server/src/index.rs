@@ -66,10 +66,11 @@ impl Index {
     }
 
     /// An object was added or modified.
-    pub fn apply(&mut self, obj: Object) -> Changed {
-        let kind = obj.kind();
-        let key = obj.key();
-        if !self.cluster.insert(&obj) {
+    pub fn apply(&mut self, obj: impl Into<StoredObject>) -> Changed {
+        let obj = obj.into();
+        let kind = obj.kind;
+        let key = obj.key.clone();
+        if !self.cluster.insert(obj) {
             return Changed::new();
         }
         self.settle([(kind, key)])

@@ -8,11 +8,13 @@
 //! (encoded bodies + ETags per job/shard/generation), `state` (what tasks and handlers share),
 //! `upstream` (watch tasks), `http` (axum router), `serve` (wiring).
 
+pub mod cache;
 pub mod cluster;
 pub mod filter;
 pub mod fragment;
 pub mod http;
 pub mod index;
+pub mod kube_api;
 pub mod metrics;
 pub mod serve;
 pub mod snapshot;
@@ -24,7 +26,11 @@ pub use filter::{FilterError, JobFilter, JobSpec};
 pub use fragment::Fragment;
 pub use http::app;
 pub use index::Index;
-pub use serve::{Herald, ServeError, ServeOptions, USER_AGENT, job_specs};
+pub use serve::{
+    DEFAULT_KUBE_KINDS, Herald, KubeServeOptions, ServeError, ServeOptions, USER_AGENT, job_specs,
+    kube_kinds,
+};
 pub use snapshot::{Encoded, Shard};
+pub use state::KubeApiOptions;
 pub use state::Shared;
 pub use upstream::InitialList;

@@ -36,6 +36,18 @@ pub struct EncodingLabels {
     pub encoding: String,
 }
 
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct KubeRequestLabels {
+    pub verb: String,
+    pub kind: String,
+    pub code: String,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct VerbLabels {
+    pub verb: String,
+}
+
 /// Every metric herald exports. Cheap handles: clone freely.
 #[derive(Debug, Default, Clone)]
 pub struct Metrics {
@@ -52,6 +64,13 @@ pub struct Metrics {
     pub sd_requests: Family<CodeLabels, Counter>,
     pub sd_bytes: Family<EncodingLabels, Counter>,
     pub sd_waiting: Gauge,
+    pub kube_requests: Family<KubeRequestLabels, Counter>,
+    pub kube_watches_open: Family<KindLabels, Gauge>,
+    pub kube_events_sent: Family<KindLabels, Counter>,
+    pub kube_bytes_sent: Family<KindLabels, Counter>,
+    pub kube_watchers_closed_slow: Family<KindLabels, Counter>,
+    pub kube_admission_refused: Family<VerbLabels, Counter>,
+    pub kube_auth_refused: Counter,
 }
 
 impl Metrics {
@@ -122,6 +141,41 @@ impl Metrics {
             "sd_waiting_requests",
             "Long-poll requests currently waiting for a change",
             self.sd_waiting.clone(),
+        );
+        r.register(
+            "kube_requests",
+            "Kubernetes API requests served, by verb, kind and status code (watches when started)",
+            self.kube_requests.clone(),
+        );
+        r.register(
+            "kube_watches_open",
+            "Downstream Kubernetes API watches open, per kind",
+            self.kube_watches_open.clone(),
+        );
+        r.register(
+            "kube_events_sent",
+            "Watch chunks (one or more events, bookmarks or errors) sent downstream, per kind",
+            self.kube_events_sent.clone(),
+        );
+        r.register(
+            "kube_bytes_sent",
+            "Watch bytes sent downstream, per kind",
+            self.kube_bytes_sent.clone(),
+        );
+        r.register(
+            "kube_watchers_closed_slow",
+            "Downstream watches closed because their client stopped reading, per kind",
+            self.kube_watchers_closed_slow.clone(),
+        );
+        r.register(
+            "kube_admission_refused",
+            "Lists and watches refused with 429 by the admission rate limit",
+            self.kube_admission_refused.clone(),
+        );
+        r.register(
+            "kube_auth_refused",
+            "Kubernetes API requests refused for a missing or wrong bearer token",
+            self.kube_auth_refused.clone(),
         );
         r
     }

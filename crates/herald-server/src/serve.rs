@@ -10,7 +10,8 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use crate::filter::{FilterError, JobSpec};
-use crate::state::Shared;
+use crate::kube_api::{TokenError, Tokens};
+use crate::state::{KubeApiOptions, Shared};
 use crate::upstream::{self, InitialList, UpstreamError};
 
 /// The User-Agent herald sends upstream (kube-sim's meter and the apiserver's audit log key on it).
@@ -26,6 +27,8 @@ pub struct ServeOptions {
     pub listen: SocketAddr,
     pub initial_list: InitialList,
     pub user_agent: String,
+    /// The Kubernetes API face, when it is on.
+    pub kube: Option<KubeServeOptions>,
 }
 
 impl Default for ServeOptions {
@@ -34,8 +37,27 @@ impl Default for ServeOptions {
             listen: SocketAddr::from(([127, 0, 0, 1], 0)),
             initial_list: InitialList::Auto,
             user_agent: USER_AGENT.to_string(),
+            kube: None,
         }
     }
+}
+
+/// A custom resource by (group, version, resource).
+pub type CustomRef = (String, String, String);
+
+/// Where and how to serve the Kubernetes API face.
+#[derive(Debug, Clone)]
+pub struct KubeServeOptions {
+    pub listen: SocketAddr,
+    /// Built-in resources to serve are in `api.resources`; custom ones are resolved against the
+    /// upstream's discovery at start.
+    pub api: KubeApiOptions,
+    /// Custom resources by (group, version, resource).
+    pub custom: Vec<CustomRef>,
+    /// Bearer tokens, one per line; re-read when the file changes.
+    pub token_file: Option<std::path::PathBuf>,
+    /// Allow a non-loopback address without tokens.
+    pub insecure: bool,
 }
 
 /// Why herald could not start.
@@ -45,12 +67,98 @@ pub enum ServeError {
     Job(#[from] FilterError),
     #[error(transparent)]
     Upstream(#[from] UpstreamError),
+    #[error(transparent)]
+    Tokens(#[from] TokenError),
+    #[error(
+        "refusing to serve the Kubernetes API on {0} without authentication: it exposes every cached object; give a token file, listen on loopback, or pass --kube-insecure"
+    )]
+    Unauthenticated(SocketAddr),
+    #[error(
+        "kube_api.kinds: {0:?} is not a built-in resource (name custom resources by group, version and resource)"
+    )]
+    UnknownBuiltin(String),
+    #[error("kube_api.kinds: the upstream does not serve {resource} in {group_version}: {why}")]
+    UnknownCustom {
+        group_version: String,
+        resource: String,
+        why: String,
+    },
     #[error("listening on {addr}: {source}")]
     Listen {
         addr: SocketAddr,
         #[source]
         source: std::io::Error,
     },
+}
+
+/// The resources served when `kube_api.kinds` names none: what node-local proxies, ingress
+/// controllers and monitoring agents list and watch.
+pub const DEFAULT_KUBE_KINDS: &[&str] = &[
+    "pods",
+    "services",
+    "endpoints",
+    "endpointslices",
+    "nodes",
+    "namespaces",
+];
+
+/// Splits `kube_api.kinds` into built-in resources (resolved now) and custom ones (resolved against
+/// the upstream at start). No kinds means the defaults.
+pub fn kube_kinds(
+    refs: &[herald_core::KindRef],
+) -> Result<(Vec<kube_face::Resource>, Vec<CustomRef>), ServeError> {
+    if refs.is_empty() {
+        let builtins = DEFAULT_KUBE_KINDS
+            .iter()
+            .map(|k| kube_face::Resource::builtin(k).expect("defaults are built-ins"))
+            .collect();
+        return Ok((builtins, vec![]));
+    }
+    let mut builtins = Vec::new();
+    let mut custom = Vec::new();
+    for r in refs {
+        match r {
+            herald_core::KindRef::Builtin(name) => builtins.push(
+                kube_face::Resource::builtin(name)
+                    .ok_or_else(|| ServeError::UnknownBuiltin(name.clone()))?,
+            ),
+            herald_core::KindRef::Custom {
+                group,
+                version,
+                resource,
+            } => custom.push((group.clone(), version.clone(), resource.clone())),
+        }
+    }
+    Ok((builtins, custom))
+}
+
+/// Reads a custom resource's kind and scope from the upstream's discovery.
+async fn resolve_custom(
+    client: &kube::Client,
+    (group, version, plural): &CustomRef,
+) -> Result<kube_face::Resource, ServeError> {
+    let gv = format!("{group}/{version}");
+    let unknown = |why: String| ServeError::UnknownCustom {
+        group_version: gv.clone(),
+        resource: plural.clone(),
+        why,
+    };
+    let list = client
+        .list_api_group_resources(&gv)
+        .await
+        .map_err(|e| unknown(e.to_string()))?;
+    let found = list
+        .resources
+        .iter()
+        .find(|r| &r.name == plural)
+        .ok_or_else(|| unknown("no such resource in its discovery document".into()))?;
+    Ok(kube_face::Resource::custom(
+        group,
+        version,
+        plural,
+        &found.kind,
+        found.namespaced,
+    ))
 }
 
 /// The job specs of a parsed config. `own_namespace` serves `namespaces.own_namespace`.
@@ -65,11 +173,23 @@ pub fn job_specs(
         .collect()
 }
 
+async fn bind(addr: SocketAddr) -> Result<TcpListener, ServeError> {
+    TcpListener::bind(addr)
+        .await
+        .map_err(|source| ServeError::Listen { addr, source })
+}
+
+fn local_addr(l: &TcpListener, addr: SocketAddr) -> Result<SocketAddr, ServeError> {
+    l.local_addr()
+        .map_err(|source| ServeError::Listen { addr, source })
+}
+
 /// A running herald.
 #[derive(Debug)]
 pub struct Herald {
     shared: Arc<Shared>,
     addr: SocketAddr,
+    kube_addr: Option<SocketAddr>,
     shutdown: CancellationToken,
     tasks: Vec<JoinHandle<()>>,
 }
@@ -81,22 +201,64 @@ impl Herald {
         kube_config: kube::Config,
         options: ServeOptions,
     ) -> Result<Herald, ServeError> {
-        let shared = Shared::new(specs);
-        let client = upstream::client(kube_config, shared.clone(), &options.user_agent)?;
-        let listener =
-            TcpListener::bind(options.listen)
-                .await
-                .map_err(|source| ServeError::Listen {
-                    addr: options.listen,
-                    source,
-                })?;
-        let addr = listener.local_addr().map_err(|source| ServeError::Listen {
-            addr: options.listen,
-            source,
-        })?;
+        let tokens = match &options.kube {
+            Some(k) => {
+                let tokens = k.token_file.clone().map(Tokens::load).transpose()?;
+                if tokens.is_none() && !k.insecure && !k.listen.ip().is_loopback() {
+                    return Err(ServeError::Unauthenticated(k.listen));
+                }
+                tokens.map(Arc::new)
+            }
+            None => None,
+        };
+        let client = upstream::client(kube_config, &options.user_agent)?;
+        let shared = match &options.kube {
+            Some(k) => {
+                let mut api = k.api.clone();
+                for c in &k.custom {
+                    api.resources.push(resolve_custom(&client, c).await?);
+                }
+                Shared::with_kube_api(specs, api)
+            }
+            None => Shared::new(specs),
+        };
+        let listener = bind(options.listen).await?;
+        let addr = local_addr(&listener, options.listen)?;
         let shutdown = shared.shutdown_token().clone();
         let streaming = upstream::use_streaming(&client, options.initial_list).await;
         let mut tasks = upstream::spawn(client, shared.clone(), streaming, shutdown.clone());
+
+        let mut kube_addr = None;
+        if let Some(k) = &options.kube {
+            let kube_listener = bind(k.listen).await?;
+            let at = local_addr(&kube_listener, k.listen)?;
+            kube_addr = Some(at);
+            if let Some(t) = &tokens {
+                tasks.push(tokio::spawn(
+                    t.clone()
+                        .watch_file(Duration::from_secs(2), shutdown.clone()),
+                ));
+            }
+            let app = crate::kube_api::router(shared.clone(), tokens.clone());
+            let stop = shutdown.clone();
+            let closing = shared.clone();
+            let server = async move {
+                let serve = axum::serve(kube_listener, app).with_graceful_shutdown(async move {
+                    stop.cancelled().await;
+                    if let Some(api) = &closing.kube_api {
+                        api.close_watches();
+                    }
+                });
+                if let Err(e) = serve.await {
+                    tracing::error!(error = %e, "kube API server failed");
+                }
+            };
+            tasks.push(tokio::spawn(tracing::Instrument::instrument(
+                server,
+                tracing::info_span!("kube-api", addr = %at),
+            )));
+            tracing::info!(addr = %at, auth = tokens.is_some(), "serving the Kubernetes API");
+        }
 
         let app = crate::http::app(shared.clone());
         let stop = shutdown.clone();
@@ -121,6 +283,7 @@ impl Herald {
         Ok(Herald {
             shared,
             addr,
+            kube_addr,
             shutdown,
             tasks,
         })
@@ -133,6 +296,11 @@ impl Herald {
     /// `http://ADDR`.
     pub fn url(&self) -> String {
         format!("http://{}", self.addr)
+    }
+
+    /// `http://ADDR` of the Kubernetes API face, when it is on.
+    pub fn kube_url(&self) -> Option<String> {
+        self.kube_addr.map(|a| format!("http://{a}"))
     }
 
     pub fn shared(&self) -> &Arc<Shared> {

@@ -1,17 +1,20 @@
-//! The state every face shares: the index behind one lock, per-job change notification, per-kind
-//! upstream status, the encoded-body cache and the metrics.
+//! The state every face shares: the object cache (upstream objects and feed status per resource), the
+//! discovery index behind one lock, per-job change notification, the encoded-body cache and the
+//! metrics.
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use herald_core::Role;
 use prometheus_client::registry::Registry;
 use tokio::sync::watch;
-use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use crate::cluster::{Object, ObjectKey, StoredObject, WatchKind};
+use kube_face::{Entry, ResId};
+
+use crate::cache::{Cache, SwapStats};
+use crate::cluster::{ObjectKey, Stored, StoredObject, WatchKind};
 use crate::filter::JobSpec;
 use crate::index::{Changed, Index};
 use crate::metrics::{JobLabels, Metrics};
@@ -31,32 +34,46 @@ pub struct JobHandle {
     groups: AtomicUsize,
 }
 
-/// How one kind's upstream feed is doing.
-#[derive(Debug, Default)]
-pub struct KindStatus {
-    /// A first complete list has been applied.
-    pub synced: AtomicBool,
-    /// The feed is failing; the last good state is being served.
-    pub stale: AtomicBool,
-    /// A (re)list is being buffered.
-    pub in_init: AtomicBool,
-    /// Milliseconds after `Shared::started` of the last upstream event; 0 before any.
-    last_event_ms: AtomicU64,
-    /// Objects cached.
-    objects: AtomicUsize,
+/// What the Kubernetes API face caches and how (see `herald_core::KubeApiConfig`).
+#[derive(Debug, Clone)]
+pub struct KubeApiOptions {
+    /// Resources served beyond what the jobs need.
+    pub resources: Vec<kube_face::Resource>,
+    /// Events kept per resource for downstream watch resumption.
+    pub history_window: usize,
+    pub watch: kube_face::WatchSettings,
+    /// New lists and watches admitted per second, and the burst (token bucket).
+    pub admission_rate: f64,
+    pub admission_burst: u32,
+}
+
+impl Default for KubeApiOptions {
+    fn default() -> Self {
+        KubeApiOptions {
+            resources: vec![],
+            history_window: 10_000,
+            watch: kube_face::WatchSettings::default(),
+            admission_rate: 200.0,
+            admission_burst: 1000,
+        }
+    }
 }
 
 /// Everything shared between the upstream tasks and the HTTP faces.
 #[derive(Debug)]
 pub struct Shared {
+    /// Every upstream object herald holds, per served resource.
+    pub cache: Cache,
+    /// Set when the Kubernetes API face is on.
+    pub kube_api: Option<crate::kube_api::KubeApi>,
     index: Mutex<Index>,
     jobs: Vec<JobHandle>,
     by_name: HashMap<String, usize>,
-    kinds: BTreeMap<WatchKind, KindStatus>,
-    cache: EncodedCache,
+    /// The kinds some job needs.
+    kinds: Vec<WatchKind>,
+    bodies: EncodedCache,
     pub metrics: Metrics,
     registry: Registry,
-    started: Instant,
     /// SD responses sent (200 and 304), for the demo's summary line.
     pub served: AtomicU64,
     /// Cancelled when herald shuts down: waiting long-polls answer at once instead of holding it up.
@@ -64,15 +81,23 @@ pub struct Shared {
 }
 
 impl Shared {
+    /// Discovery only: the cache holds what the jobs need and records no watch history.
     pub fn new(specs: Vec<JobSpec>) -> Arc<Shared> {
+        Shared::build(specs, None)
+    }
+
+    /// Discovery and the Kubernetes API face: the cache also holds `kube.resources`.
+    pub fn with_kube_api(specs: Vec<JobSpec>, kube: KubeApiOptions) -> Arc<Shared> {
+        Shared::build(specs, Some(kube))
+    }
+
+    fn build(specs: Vec<JobSpec>, kube: Option<KubeApiOptions>) -> Arc<Shared> {
         let metrics = Metrics::default();
-        let mut kinds = BTreeMap::new();
+        let mut kinds = Vec::new();
         let mut jobs = Vec::new();
         let mut by_name = HashMap::new();
         for (j, spec) in specs.iter().enumerate() {
-            for kind in spec.kinds() {
-                kinds.entry(kind).or_insert_with(KindStatus::default);
-            }
+            kinds.extend(spec.kinds());
             by_name.insert(spec.name.clone(), j);
             metrics
                 .job_targets
@@ -89,26 +114,39 @@ impl Shared {
                 groups: AtomicUsize::new(0),
             });
         }
-        for kind in kinds.keys() {
-            metrics
-                .upstream_stale
-                .get_or_create(&Metrics::kind(kind.plural()))
-                .set(0);
-            metrics
-                .objects
-                .get_or_create(&Metrics::kind(kind.plural()))
-                .set(0);
+        kinds.sort();
+        kinds.dedup();
+        // One store for both faces: a resource the jobs and the API both need is held once.
+        let mut resources: Vec<kube_face::Resource> = kinds.iter().map(|k| k.resource()).collect();
+        if let Some(k) = &kube {
+            for r in &k.resources {
+                if !resources
+                    .iter()
+                    .any(|o| o.group == r.group && o.plural == r.plural)
+                {
+                    resources.push(r.clone());
+                }
+            }
         }
+        let window = kube.as_ref().map_or(1, |k| k.history_window);
+        let cache = Cache::new(resources, window, kube.is_some());
+        for r in cache.ids() {
+            let label = Metrics::kind(&cache.get(r).resource.plural);
+            metrics.upstream_stale.get_or_create(&label).set(0);
+            metrics.objects.get_or_create(&label).set(0);
+        }
+        let kube_api = kube.map(|k| crate::kube_api::KubeApi::new(k, &metrics));
         let registry = metrics.registry();
         Arc::new(Shared {
+            cache,
+            kube_api,
             index: Mutex::new(Index::new(specs)),
             jobs,
             by_name,
             kinds,
-            cache: EncodedCache::default(),
+            bodies: EncodedCache::default(),
             metrics,
             registry,
-            started: Instant::now(),
             served: AtomicU64::new(0),
             shutdown: CancellationToken::new(),
         })
@@ -127,13 +165,9 @@ impl Shared {
         self.by_name.get(name).copied()
     }
 
-    /// The kinds some job needs: exactly the upstream watches herald runs.
+    /// The kinds some job needs (herald watches these and whatever the Kubernetes API serves).
     pub fn needed_kinds(&self) -> impl Iterator<Item = WatchKind> + '_ {
-        self.kinds.keys().copied()
-    }
-
-    pub fn kind_status(&self, kind: WatchKind) -> Option<&KindStatus> {
-        self.kinds.get(&kind)
+        self.kinds.iter().copied()
     }
 
     pub fn registry(&self) -> &Registry {
@@ -147,22 +181,15 @@ impl Shared {
     /// Runs `f` on the index, then publishes what it changed. The lock is held only for `f`;
     /// readers of published state (generations, counts, cached bodies) never take it.
     pub fn update(&self, kind: WatchKind, f: impl FnOnce(&mut Index) -> Changed) {
-        let (published, objects) = {
+        let _ = kind;
+        let published: Vec<(usize, u64, usize, usize)> = {
             let mut index = self.index();
             let changed = f(&mut index);
-            let published: Vec<(usize, u64, usize, usize)> = changed
+            changed
                 .into_iter()
                 .map(|j| (j, index.generation(j), index.targets(j), index.groups(j)))
-                .collect();
-            (published, index.cluster().count(kind))
+                .collect()
         };
-        if let Some(status) = self.kinds.get(&kind) {
-            status.objects.store(objects, Ordering::Release);
-        }
-        self.metrics
-            .objects
-            .get_or_create(&Metrics::kind(kind.plural()))
-            .set(objects as i64);
         for (j, generation, targets, groups) in published {
             let job = &self.jobs[j];
             job.targets.store(targets, Ordering::Release);
@@ -184,24 +211,108 @@ impl Shared {
         }
     }
 
-    pub fn apply(&self, obj: Object) {
-        let kind = obj.kind();
-        self.update(kind, |index| index.apply(obj));
+    /// An object of a watched kind was added or modified (fixtures; the upstream feeds `upsert`).
+    pub fn apply(&self, obj: impl Into<StoredObject>) {
+        let obj = obj.into();
+        match self.cache.id_of(obj.kind) {
+            Some(r) => self.upsert(r, obj.stored.entry().clone()),
+            None => self.update(obj.kind, |index| index.apply(obj)),
+        }
     }
 
+    /// An object of a watched kind was deleted (fixtures; the upstream feeds `remove`).
     pub fn delete(&self, kind: WatchKind, key: &ObjectKey) {
-        self.update(kind, |index| index.delete(kind, key));
+        let entry = self.cache.id_of(kind).and_then(|r| {
+            let e = self
+                .cache
+                .read(r)
+                .get_parts(&key.namespace, &key.name)
+                .cloned()?;
+            Some((r, e))
+        });
+        match entry {
+            Some((r, e)) => self.remove(r, e),
+            None => self.update(kind, |index| index.delete(kind, key)),
+        }
     }
 
-    /// Swaps in a complete list of `kind`; objects under `keep` (listed but undecodable) keep their
-    /// last good version.
+    /// An upstream object was added or modified: into the cache, and into discovery when jobs read
+    /// its kind.
+    pub fn upsert(&self, r: ResId, entry: Arc<Entry>) {
+        self.cache.upsert(r, entry.clone());
+        if let Some(kind) = self.cache.get(r).watch_kind {
+            let obj = StoredObject {
+                kind,
+                key: ObjectKey::new(&entry.key.0, &entry.key.1),
+                stored: Stored::from_entry(entry),
+            };
+            self.update(kind, |index| index.apply(obj));
+        }
+        self.count_objects(r);
+    }
+
+    /// An upstream object was deleted; `deleted` carries the deletion's version.
+    pub fn remove(&self, r: ResId, deleted: Arc<Entry>) {
+        let key = ObjectKey::new(&deleted.key.0, &deleted.key.1);
+        self.cache.remove(r, deleted);
+        if let Some(kind) = self.cache.get(r).watch_kind {
+            self.update(kind, |index| index.delete(kind, &key));
+        }
+        self.count_objects(r);
+    }
+
+    /// A complete list at `rv` replaces resource `r`; objects under `keep` (listed but malformed)
+    /// keep their last good version. Discovery and the cache each swap in one step.
+    pub fn swap(
+        &self,
+        r: ResId,
+        rv: u64,
+        entries: Vec<Arc<Entry>>,
+        keep: Vec<kube_face::Key>,
+    ) -> SwapStats {
+        if let Some(kind) = self.cache.get(r).watch_kind {
+            let objects: Vec<StoredObject> = entries
+                .iter()
+                .map(|e| StoredObject {
+                    kind,
+                    key: ObjectKey::new(&e.key.0, &e.key.1),
+                    stored: Stored::from_entry(e.clone()),
+                })
+                .collect();
+            let keep_keys: Vec<ObjectKey> =
+                keep.iter().map(|k| ObjectKey::new(&k.0, &k.1)).collect();
+            self.update(kind, |index| index.reset(kind, objects, &keep_keys));
+        }
+        let stats = self.cache.swap(r, rv, entries, &keep);
+        self.count_objects(r);
+        stats
+    }
+
+    /// Swaps in a complete list of a watched kind (fixtures; the upstream feeds `swap`). Objects
+    /// under `keep` keep their last good version.
     pub fn reset(
         &self,
         kind: WatchKind,
         objects: Vec<impl Into<StoredObject>>,
         keep: Vec<ObjectKey>,
     ) {
-        self.update(kind, |index| index.reset(kind, objects, &keep));
+        let objects: Vec<StoredObject> = objects.into_iter().map(Into::into).collect();
+        match self.cache.id_of(kind) {
+            Some(r) => {
+                let entries = objects.iter().map(|o| o.stored.entry().clone()).collect();
+                let keep = keep.into_iter().map(|k| (k.namespace, k.name)).collect();
+                let rv = self.cache.resource_version(r) + 1;
+                self.swap(r, rv, entries, keep);
+            }
+            None => self.update(kind, |index| index.reset(kind, objects, &keep)),
+        }
+    }
+
+    fn count_objects(&self, r: ResId) {
+        self.metrics
+            .objects
+            .get_or_create(&Metrics::kind(&self.cache.get(r).resource.plural))
+            .set(self.cache.len(r) as i64);
     }
 
     /// A receiver that wakes when job `j` changes.
@@ -213,7 +324,7 @@ impl Shared {
     /// are served without the index lock, so a long relist being applied never delays a response.
     pub fn encoded(&self, j: usize, shard: Option<Shard>) -> Arc<Encoded> {
         let generation = *self.jobs[j].generation_tx.borrow();
-        self.cache.get_or_build(j, shard, generation, || {
+        self.bodies.get_or_build(j, shard, generation, || {
             // Only a new (job, shard, generation) takes the lock, to cut; encoding runs outside it.
             let cut = self.index().cut(j);
             Encoded::build(cut.generation, &cut.groups, shard)
@@ -230,36 +341,42 @@ impl Shared {
         )
     }
 
-    /// Objects cached per kind.
-    pub fn object_counts(&self) -> BTreeMap<WatchKind, usize> {
-        self.kinds
-            .iter()
-            .map(|(k, s)| (*k, s.objects.load(Ordering::Acquire)))
+    /// Objects cached per served resource (by plural name).
+    pub fn object_counts(&self) -> BTreeMap<String, usize> {
+        self.cache
+            .ids()
+            .map(|r| (self.cache.get(r).resource.plural.clone(), self.cache.len(r)))
             .collect()
+    }
+
+    fn kind_synced(&self, kind: WatchKind) -> bool {
+        self.cache
+            .id_of(kind)
+            .is_some_and(|r| self.cache.get(r).status.synced.load(Ordering::Acquire))
+    }
+
+    fn kind_stale(&self, kind: WatchKind) -> bool {
+        self.cache
+            .id_of(kind)
+            .is_some_and(|r| self.cache.get(r).status.stale.load(Ordering::Acquire))
     }
 
     /// Every kind job `j` reads has completed a first sync.
     pub fn job_synced(&self, j: usize) -> bool {
-        self.jobs[j]
-            .kinds
-            .iter()
-            .all(|k| self.kinds[k].synced.load(Ordering::Acquire))
+        self.jobs[j].kinds.iter().all(|k| self.kind_synced(*k))
     }
 
     /// Some kind job `j` reads is failing upstream.
     pub fn job_stale(&self, j: usize) -> bool {
-        self.jobs[j]
-            .kinds
-            .iter()
-            .any(|k| self.kinds[k].stale.load(Ordering::Acquire))
+        self.jobs[j].kinds.iter().any(|k| self.kind_stale(*k))
     }
 
-    /// Kinds that have not completed a first sync yet.
-    pub fn unsynced_kinds(&self) -> Vec<WatchKind> {
-        self.kinds
-            .iter()
-            .filter(|(_, s)| !s.synced.load(Ordering::Acquire))
-            .map(|(k, _)| *k)
+    /// Served resources that have not completed a first sync yet.
+    pub fn unsynced_kinds(&self) -> Vec<String> {
+        self.cache
+            .ids()
+            .filter(|r| !self.cache.get(*r).status.synced.load(Ordering::Acquire))
+            .map(|r| self.cache.get(r).resource.plural.clone())
             .collect()
     }
 
@@ -267,43 +384,51 @@ impl Shared {
         self.unsynced_kinds().is_empty()
     }
 
-    /// Records that an upstream event for `kind` arrived now.
-    pub fn touch(&self, kind: WatchKind) {
-        if let Some(s) = self.kinds.get(&kind) {
-            let ms = self.started.elapsed().as_millis() as u64;
-            s.last_event_ms.store(ms.max(1), Ordering::Release);
-        }
-    }
-
-    /// Marks `kind` failing (`stale = true`) or healthy again.
+    /// Marks a watched kind failing (`stale = true`) or healthy again.
     pub fn set_stale(&self, kind: WatchKind, stale: bool) {
-        if let Some(s) = self.kinds.get(&kind) {
-            let was = s.stale.swap(stale, Ordering::AcqRel);
-            if was != stale {
-                tracing::info!(kind = kind.plural(), stale, "upstream staleness changed");
-            }
-            self.metrics
-                .upstream_stale
-                .get_or_create(&Metrics::kind(kind.plural()))
-                .set(i64::from(stale));
+        if let Some(r) = self.cache.id_of(kind) {
+            self.set_resource_stale(r, stale);
         }
     }
 
-    /// A first or renewed complete list of `kind` was applied.
+    /// Marks a served resource failing (`stale = true`) or healthy again.
+    pub fn set_resource_stale(&self, r: kube_face::ResId, stale: bool) {
+        let c = self.cache.get(r);
+        let was = c.status.stale.swap(stale, Ordering::AcqRel);
+        if was != stale {
+            tracing::info!(
+                resource = c.resource.plural,
+                stale,
+                "upstream staleness changed"
+            );
+        }
+        self.metrics
+            .upstream_stale
+            .get_or_create(&Metrics::kind(&c.resource.plural))
+            .set(i64::from(stale));
+    }
+
+    /// A first or renewed complete list of a watched kind was applied (tests and fixtures; the
+    /// upstream marks resources through the cache's swap).
     pub fn mark_synced(&self, kind: WatchKind) {
-        if let Some(s) = self.kinds.get(&kind) {
-            s.synced.store(true, Ordering::Release);
+        if let Some(r) = self.cache.id_of(kind) {
+            self.cache
+                .get(r)
+                .status
+                .synced
+                .store(true, Ordering::Release);
         }
     }
 
-    /// Seconds since the last upstream event of each kind (`None` before the first).
-    pub fn last_event_ages(&self) -> BTreeMap<WatchKind, Option<f64>> {
-        let now = self.started.elapsed().as_millis() as u64;
-        self.kinds
-            .iter()
-            .map(|(k, s)| {
-                let at = s.last_event_ms.load(Ordering::Acquire);
-                (*k, (at > 0).then(|| now.saturating_sub(at) as f64 / 1000.0))
+    /// Seconds since the last upstream event of each served resource (`None` before the first).
+    pub fn last_event_ages(&self) -> BTreeMap<String, Option<f64>> {
+        self.cache
+            .ids()
+            .map(|r| {
+                (
+                    self.cache.get(r).resource.plural.clone(),
+                    self.cache.last_event_age(r),
+                )
             })
             .collect()
     }

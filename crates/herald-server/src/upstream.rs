@@ -1,28 +1,32 @@
-//! Upstream: one kube-rs watcher per kind some job needs, feeding the index. Relists are buffered and
-//! swapped in whole; failures keep the last good state and mark the kind stale until it recovers.
-
-mod observe;
+//! Upstream: one list+watch per served resource against the apiserver (or another herald), keeping
+//! each object's JSON as received. A relist is buffered and swapped in whole; a failed watch resumes
+//! from the last version seen (a relist only after 410 Gone), so an upstream outage costs neither
+//! herald nor its downstream watchers a relist. Failures keep the last good state and mark the
+//! resource stale until it recovers.
+//!
+//! NB: herald speaks list/watch itself over kube-rs's client instead of using kube-runtime's watcher:
+//! the watcher decodes every object into a value tree and hides the list's resourceVersion and the
+//! bookmarks, while herald must pass upstream objects and versions through unchanged to its own
+//! watchers and parse only what it indexes (see `kube_face::scan`).
 
 use std::sync::Arc;
+use std::time::Duration;
 
-use futures::StreamExt;
-use k8s_openapi::api::core::v1::{Endpoints, Namespace, Node, Pod, Service};
-use k8s_openapi::api::discovery::v1::EndpointSlice;
-use k8s_openapi::api::networking::v1::Ingress;
-use kube::api::{Api, ApiResource, DynamicObject};
-use kube::runtime::WatchStreamExt;
-use kube::runtime::watcher::{self, Event};
+use bytes::Bytes;
+use futures::AsyncBufReadExt as _;
+use kube_face::scan::{ScanError, head, strip_managed_fields};
+use kube_face::{Entry, Key, ResId, Resource};
+use serde::Deserialize;
+use serde_json::value::RawValue;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
-use crate::cluster::{Object, ObjectKey, StoredObject, WatchKind};
+use crate::cluster::{Object, WatchKind};
 use crate::metrics::{EventLabels, Metrics};
 use crate::state::Shared;
 
-pub use observe::{Observe, ObserveLayer};
-
-/// How the first list of each kind is fetched.
+/// How the first list of each resource is fetched.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum InitialList {
     /// StreamingList when the apiserver is 1.32 or newer (WatchList beta, on by default), else ListWatch.
@@ -43,17 +47,15 @@ pub enum UpstreamError {
     UserAgent(String),
 }
 
-/// A kube client that sends `user_agent` and reports upstream requests to `shared`.
-pub fn client(
-    mut config: kube::Config,
-    shared: Arc<Shared>,
-    user_agent: &str,
-) -> Result<kube::Client, UpstreamError> {
+/// Items per LIST page (client-go's reflector pages by 500 too).
+const PAGE_SIZE: usize = 500;
+
+/// A kube client that sends `user_agent`.
+pub fn client(mut config: kube::Config, user_agent: &str) -> Result<kube::Client, UpstreamError> {
     let ua = http::HeaderValue::from_str(user_agent)
         .map_err(|_| UpstreamError::UserAgent(user_agent.to_string()))?;
     config.headers.push((http::header::USER_AGENT, ua));
-    let builder = kube::client::ClientBuilder::try_from(config).map_err(UpstreamError::Client)?;
-    Ok(builder.with_layer(&ObserveLayer::new(shared)).build())
+    kube::Client::try_from(config).map_err(UpstreamError::Client)
 }
 
 /// Whether to use StreamingList against this apiserver.
@@ -79,7 +81,7 @@ pub async fn use_streaming(client: &kube::Client, mode: InitialList) -> bool {
     }
 }
 
-/// Spawns one watch task per needed kind. They run until `shutdown` is cancelled.
+/// Spawns one feed per served resource. They run until `shutdown` is cancelled.
 pub fn spawn(
     client: kube::Client,
     shared: Arc<Shared>,
@@ -87,415 +89,498 @@ pub fn spawn(
     shutdown: CancellationToken,
 ) -> Vec<JoinHandle<()>> {
     shared
-        .needed_kinds()
-        .collect::<Vec<_>>()
-        .into_iter()
-        .map(|kind| {
-            let span = tracing::info_span!("upstream", kind = kind.plural());
-            let task = run_kind(
-                kind,
-                client.clone(),
-                shared.clone(),
+        .cache
+        .ids()
+        .map(|r| {
+            let resource = shared.cache.get(r).resource.clone();
+            let span = tracing::info_span!("upstream", kind = resource.plural);
+            let feed = Feed {
+                r,
+                kind: shared.cache.get(r).watch_kind,
+                resource,
+                client: client.clone(),
+                shared: shared.clone(),
                 streaming,
-                shutdown.clone(),
-            );
-            tokio::spawn(task.instrument(span))
+            };
+            tokio::spawn(feed.run(shutdown.clone()).instrument(span))
         })
         .collect()
 }
 
-fn api_resource(kind: WatchKind) -> ApiResource {
-    match kind {
-        WatchKind::Namespace => ApiResource::erase::<Namespace>(&()),
-        WatchKind::Node => ApiResource::erase::<Node>(&()),
-        WatchKind::Service => ApiResource::erase::<Service>(&()),
-        WatchKind::Pod => ApiResource::erase::<Pod>(&()),
-        WatchKind::Endpoints => ApiResource::erase::<Endpoints>(&()),
-        WatchKind::EndpointSlice => ApiResource::erase::<EndpointSlice>(&()),
-        WatchKind::Ingress => ApiResource::erase::<Ingress>(&()),
+/// Where a resource's feed stands between requests.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Phase {
+    /// No usable version: a (re)list comes next.
+    List,
+    /// Watching from this version.
+    Watch(u64),
+}
+
+/// How a request ended.
+#[derive(Debug)]
+enum Outcome {
+    /// Carry on in this phase.
+    Next(Phase),
+    /// A failure: back off, then carry on in this phase.
+    Failed(Phase, String),
+    /// The apiserver refused `sendInitialEvents`: fall back to list+watch.
+    NoStreaming,
+}
+
+/// One watch-stream line, borrowed from the buffer it was read into.
+#[derive(Deserialize)]
+struct Line<'a> {
+    #[serde(rename = "type", borrow)]
+    ty: std::borrow::Cow<'a, str>,
+    #[serde(borrow)]
+    object: &'a RawValue,
+}
+
+#[derive(Deserialize, Default)]
+struct ListMeta {
+    #[serde(default, rename = "resourceVersion")]
+    resource_version: String,
+    #[serde(default, rename = "continue")]
+    continue_token: Option<String>,
+}
+
+#[derive(Deserialize)]
+struct ListPage<'a> {
+    #[serde(default)]
+    metadata: ListMeta,
+    #[serde(borrow, default)]
+    items: Vec<&'a RawValue>,
+}
+
+/// A bookmark's or Status's fields.
+#[derive(Deserialize, Default)]
+struct Marker {
+    #[serde(default)]
+    metadata: MarkerMeta,
+    #[serde(default)]
+    code: u16,
+    #[serde(default)]
+    message: String,
+}
+
+#[derive(Deserialize, Default)]
+struct MarkerMeta {
+    #[serde(default, rename = "resourceVersion")]
+    resource_version: String,
+    #[serde(default)]
+    annotations: std::collections::BTreeMap<String, String>,
+}
+
+/// Backoff between failed attempts as client-go's reflector does: 800 ms doubling to 30 s, with
+/// jitter, reset by a success.
+struct Backoff {
+    next: Duration,
+}
+
+impl Backoff {
+    const START: Duration = Duration::from_millis(800);
+    const MAX: Duration = Duration::from_secs(30);
+
+    fn delay(&mut self) -> Duration {
+        let d = self.next;
+        self.next = (self.next * 2).min(Self::MAX);
+        // ±25 % jitter, from the clock: no shared RNG needed.
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|t| t.subsec_nanos())
+            .unwrap_or(0);
+        d.mul_f64(0.75 + f64::from(nanos % 1000) / 2000.0)
+    }
+
+    fn reset(&mut self) {
+        self.next = Self::START;
     }
 }
 
-/// Where a kind's feed stands between two watcher events.
-#[derive(Debug)]
-enum Feed {
-    /// Applying watch events to the index as they come.
-    Live,
-    /// A (re)list is under way. Its objects are buffered here and swapped in at `InitDone`, so no
-    /// reader ever sees half a list. NB: this buffer is bounded by the kind's size in the cluster —
-    /// one full list — which is what an atomic swap needs.
-    Relisting {
-        buffer: Vec<StoredObject>,
-        /// Listed objects that did not decode: their last good versions are kept.
-        malformed: Vec<ObjectKey>,
-    },
-}
-
-async fn run_kind(
-    kind: WatchKind,
+struct Feed {
+    r: ResId,
+    kind: Option<WatchKind>,
+    resource: Resource,
     client: kube::Client,
     shared: Arc<Shared>,
-    mut streaming: bool,
-    shutdown: CancellationToken,
-) {
-    // NB: objects are watched as `DynamicObject`, not as k8s-openapi types. kube's typed watcher
-    // fails a whole list (and every relist after it) when one item does not decode, so one malformed
-    // object would freeze the kind forever. `DynamicObject` only needs valid `metadata`; the typed
-    // decode happens per object in `Object::decode`, and an object that fails it is skipped with a
-    // warning and `herald_upstream_malformed_objects_total`, keeping its last good version.
-    let api: Api<DynamicObject> = Api::all_with(client, &api_resource(kind));
-    'watcher: loop {
-        let mut config = watcher::Config::default();
-        if streaming {
-            config = config.streaming_lists();
-        }
-        // Backoff between failed attempts as client-go's reflector does (kube-runtime
-        // `DefaultBackoff`: 800 ms doubling to 30 s, with jitter, reset after 120 s of health).
-        let mut events = watcher::watcher(api.clone(), config)
-            .default_backoff()
-            .boxed();
-        let mut feed = Feed::Live;
-        tracing::info!(streaming, "starting upstream watch");
+    streaming: bool,
+}
+
+impl Feed {
+    async fn run(mut self, shutdown: CancellationToken) {
+        let mut phase = Phase::List;
+        let mut backoff = Backoff {
+            next: Backoff::START,
+        };
+        tracing::info!(streaming = self.streaming, "starting upstream feed");
         loop {
-            let next = tokio::select! {
-                next = events.next() => next,
-                () = shutdown.cancelled() => break 'watcher,
+            let step = async {
+                match phase {
+                    Phase::List if self.streaming => self.watch(None).await,
+                    Phase::List => self.list().await,
+                    Phase::Watch(rv) => self.watch(Some(rv)).await,
+                }
             };
-            let Some(event) = next else { break 'watcher };
-            if streaming && rejects_streaming(&event) {
-                // An apiserver whose WatchList feature is off refuses `sendInitialEvents`
-                // (kubernetes: staging/src/k8s.io/apiserver/pkg/endpoints/handlers/get.go validation).
-                tracing::warn!(
-                    "the apiserver refused a streaming list; falling back to list+watch"
-                );
-                streaming = false;
-                continue 'watcher;
-            }
-            feed = step(kind, &shared, feed, event);
+            let outcome = tokio::select! {
+                o = step => o,
+                () = shutdown.cancelled() => break,
+            };
+            phase = match outcome {
+                Outcome::Next(p) => {
+                    backoff.reset();
+                    p
+                }
+                Outcome::NoStreaming => {
+                    tracing::warn!(
+                        "the upstream refused a streaming list; falling back to list+watch"
+                    );
+                    self.streaming = false;
+                    Phase::List
+                }
+                Outcome::Failed(p, why) => {
+                    self.error(&why);
+                    let delay = backoff.delay();
+                    tokio::select! {
+                        () = tokio::time::sleep(delay) => {},
+                        () = shutdown.cancelled() => break,
+                    }
+                    p
+                }
+            };
         }
+        tracing::info!("upstream feed stopped");
     }
-    tracing::info!("upstream watch stopped");
-}
 
-/// A watch start refused as invalid (400/422): what an apiserver without WatchList answers.
-fn rejects_streaming(event: &Result<Event<DynamicObject>, watcher::Error>) -> bool {
-    matches!(
-        event,
-        Err(watcher::Error::WatchStartFailed(kube::Error::Api(status)))
-            if status.code == 400 || status.code == 422
-    )
-}
+    fn labels(&self) -> crate::metrics::KindLabels {
+        Metrics::kind(&self.resource.plural)
+    }
 
-/// The feed's one transition function: applies a watcher event and returns the next state.
-fn step(
-    kind: WatchKind,
-    shared: &Shared,
-    feed: Feed,
-    event: Result<Event<DynamicObject>, watcher::Error>,
-) -> Feed {
-    let labels = Metrics::kind(kind.plural());
-    let count = |event: &str| {
-        shared
+    fn count(&self, event: &str) {
+        self.shared
             .metrics
             .upstream_events
             .get_or_create(&EventLabels {
-                kind: kind.plural().to_string(),
+                kind: self.resource.plural.clone(),
                 event: event.to_string(),
             })
             .inc();
-    };
-    let status = shared.kind_status(kind);
-    let set_in_init = |v: bool| {
-        if let Some(s) = status {
-            s.in_init.store(v, std::sync::atomic::Ordering::Release);
-        }
-    };
-    match event {
-        Ok(Event::Init) => {
-            shared.metrics.upstream_relists.get_or_create(&labels).inc();
-            set_in_init(true);
-            tracing::debug!("relist started");
-            Feed::Relisting {
-                buffer: Vec::new(),
-                malformed: Vec::new(),
-            }
-        }
-        Ok(Event::InitApply(obj)) => {
-            count("relist_object");
-            match feed {
-                Feed::Relisting {
-                    mut buffer,
-                    mut malformed,
-                } => {
-                    let key = key_of(&obj);
-                    match decode(kind, shared, obj) {
-                        Some(o) => buffer.push(o.into()),
-                        None => malformed.push(key),
-                    }
-                    Feed::Relisting { buffer, malformed }
-                }
-                Feed::Live => {
-                    // kube's watcher always sends Init first; stay correct if it ever did not.
-                    if let Some(o) = decode(kind, shared, obj) {
-                        shared.apply(o);
-                    }
-                    Feed::Live
-                }
-            }
-        }
-        Ok(Event::InitDone) => {
-            if let Feed::Relisting { buffer, malformed } = feed {
-                let n = buffer.len();
-                let started = std::time::Instant::now();
-                shared.reset(kind, buffer, malformed);
-                let index_ms = started.elapsed().as_millis() as u64;
-                tracing::info!(objects = n, index_ms, "relist applied");
-            }
-            set_in_init(false);
-            shared.mark_synced(kind);
-            shared.touch(kind);
-            shared.set_stale(kind, false);
-            Feed::Live
-        }
-        Ok(Event::Apply(obj)) => {
-            count("apply");
-            shared.touch(kind);
-            shared.set_stale(kind, false);
-            if let Some(o) = decode(kind, shared, obj) {
-                shared.apply(o);
-            }
-            feed
-        }
-        Ok(Event::Delete(obj)) => {
-            count("delete");
-            shared.touch(kind);
-            shared.set_stale(kind, false);
-            shared.delete(kind, &key_of(&obj));
-            feed
-        }
-        Err(e) => {
-            shared.metrics.upstream_errors.get_or_create(&labels).inc();
-            shared.set_stale(kind, true);
-            tracing::warn!(error = %e, "upstream watch failed; serving the last good state");
-            // A failed relist restarts with a fresh Init, which resets the buffer.
-            feed
-        }
-    }
-}
-
-fn key_of(obj: &DynamicObject) -> ObjectKey {
-    ObjectKey::new(
-        obj.metadata.namespace.as_deref().unwrap_or(""),
-        obj.metadata.name.as_deref().unwrap_or(""),
-    )
-}
-
-fn decode(kind: WatchKind, shared: &Shared, obj: DynamicObject) -> Option<Object> {
-    let value = match serde_json::to_value(obj) {
-        Ok(v) => v,
-        Err(e) => {
-            tracing::warn!(error = %e, "re-encoding an upstream object failed; skipping it");
-            shared
-                .metrics
-                .upstream_malformed
-                .get_or_create(&Metrics::kind(kind.plural()))
-                .inc();
-            return None;
-        }
-    };
-    match Object::decode(kind, value) {
-        Ok(o) => Some(o),
-        Err(e) => {
-            tracing::warn!(error = %e, "malformed upstream object skipped");
-            shared
-                .metrics
-                .upstream_malformed
-                .get_or_create(&Metrics::kind(kind.plural()))
-                .inc();
-            None
-        }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use serde_json::json;
-
-    use super::*;
-
-    fn mk_shared() -> Arc<Shared> {
-        let cfg = herald_core::parse_config("jobs:\n- name: pods\n  role: pod\n").expect("valid");
-        Shared::new(crate::serve::job_specs(&cfg, None).expect("valid"))
     }
 
-    fn dynamic(v: serde_json::Value) -> DynamicObject {
-        serde_json::from_value(v).expect("a DynamicObject only needs metadata")
+    fn error(&self, why: &str) {
+        self.shared
+            .metrics
+            .upstream_errors
+            .get_or_create(&self.labels())
+            .inc();
+        self.shared.set_resource_stale(self.r, true);
+        tracing::warn!(
+            error = why,
+            "upstream request failed; serving the last good state"
+        );
     }
 
-    fn mk_pod(name: &str, ip: &str) -> DynamicObject {
-        dynamic(json!({
-            "apiVersion": "v1", "kind": "Pod",
-            "metadata": {"namespace": "default", "name": name, "resourceVersion": "1"},
-            "spec": {"containers": [{"name": "c", "ports": [{"containerPort": 80}]}]},
-            "status": {"podIP": ip}
+    fn path(&self) -> String {
+        format!("/{}/{}", self.resource.gv_path(), self.resource.plural)
+    }
+
+    /// Reads one object as received: managedFields cut, head parsed, and for kinds discovery reads,
+    /// checked to decode as that kind.
+    fn ingest(&self, raw: &[u8]) -> Result<Arc<Entry>, String> {
+        let bytes = strip_managed_fields(raw);
+        let h = head(&self.resource, &bytes).map_err(|e: ScanError| e.to_string())?;
+        if let Some(kind) = self.kind {
+            Object::validate_json(kind, &bytes).map_err(|e| e.to_string())?;
+        }
+        Ok(Arc::new(Entry {
+            key: h.key,
+            rv: h.rv,
+            labels: h.labels,
+            fields: h.fields,
+            bytes: Bytes::from(bytes.into_owned()),
         }))
     }
 
-    fn mk_malformed_pod(name: &str) -> DynamicObject {
-        dynamic(json!({
-            "apiVersion": "v1", "kind": "Pod",
-            "metadata": {"namespace": "default", "name": name, "resourceVersion": "1"},
-            "spec": {"containers": "not a list"}
-        }))
-    }
-
-    fn targets(shared: &Shared) -> usize {
-        shared.job_counts(0).1
-    }
-
-    type PodEvent = Result<Event<DynamicObject>, watcher::Error>;
-
-    /// Feeds pod events in order, as the watch task would, and returns the final feed state.
-    fn pods(shared: &Shared, feed: Feed, events: Vec<PodEvent>) -> Feed {
-        events.into_iter().fold(feed, |feed, event| {
-            step(WatchKind::Pod, shared, feed, event)
-        })
-    }
-
-    fn init_apply(name: &str, ip: &str) -> PodEvent {
-        Ok(Event::InitApply(mk_pod(name, ip)))
-    }
-
-    #[test]
-    fn a_relist_is_published_only_when_it_is_complete() {
-        let shared = mk_shared();
-        let feed = pods(
-            &shared,
-            Feed::Live,
-            vec![
-                Ok(Event::Init),
-                init_apply("a", "127.16.0.1"),
-                init_apply("b", "127.16.0.2"),
-            ],
-        );
-        assert_eq!(targets(&shared), 0, "nothing published mid-list");
-        assert!(!shared.ready());
-        let feed = pods(&shared, feed, vec![Ok(Event::InitDone)]);
-        assert!(matches!(feed, Feed::Live));
-        assert_eq!(targets(&shared), 2);
-        assert!(shared.ready());
-        assert_eq!(
-            shared.job_counts(0).0,
-            1,
-            "the whole list is one generation"
-        );
-    }
-
-    #[test]
-    fn a_relist_after_an_outage_keeps_serving_the_old_state_until_it_completes() {
-        let shared = mk_shared();
-        let feed = pods(
-            &shared,
-            Feed::Live,
-            vec![
-                Ok(Event::Init),
-                init_apply("a", "127.16.0.1"),
-                init_apply("b", "127.16.0.2"),
-                Ok(Event::InitDone),
-                Err(watcher::Error::NoResourceVersion),
-            ],
-        );
-        assert!(shared.job_stale(0));
-        assert_eq!(targets(&shared), 2, "an error keeps the last good state");
-
-        let feed = pods(
-            &shared,
-            feed,
-            vec![Ok(Event::Init), init_apply("c", "127.16.0.3")],
-        );
-        assert_eq!(targets(&shared), 2, "the half-done relist is invisible");
-        let feed = pods(&shared, feed, vec![Ok(Event::InitDone)]);
-        assert!(matches!(feed, Feed::Live));
-        assert_eq!(targets(&shared), 1, "a, b deleted while away; c added");
-        assert!(!shared.job_stale(0));
-    }
-
-    #[test]
-    fn a_malformed_object_is_skipped_and_counted_without_emptying_the_snapshot() {
-        let shared = mk_shared();
-        let feed = pods(
-            &shared,
-            Feed::Live,
-            vec![
-                Ok(Event::Init),
-                init_apply("a", "127.16.0.1"),
-                Ok(Event::InitApply(mk_malformed_pod("bad"))),
-                Ok(Event::InitDone),
-            ],
-        );
-        assert_eq!(targets(&shared), 1);
-        // A later malformed update of a good object keeps its last good version.
-        let feed = pods(&shared, feed, vec![Ok(Event::Apply(mk_malformed_pod("a")))]);
-        assert!(matches!(feed, Feed::Live));
-        assert_eq!(targets(&shared), 1);
-        let malformed = shared
+    fn malformed(&self, why: &str) {
+        self.shared
             .metrics
             .upstream_malformed
-            .get_or_create(&Metrics::kind("pods"))
-            .get();
-        assert_eq!(malformed, 2);
+            .get_or_create(&self.labels())
+            .inc();
+        tracing::warn!(error = why, "malformed upstream object skipped");
     }
 
-    #[test]
-    fn a_relist_keeps_the_last_good_version_of_an_object_that_no_longer_decodes() {
-        let shared = mk_shared();
-        pods(
-            &shared,
-            Feed::Live,
-            vec![
-                Ok(Event::Init),
-                init_apply("a", "127.16.0.1"),
-                Ok(Event::InitDone),
-                Ok(Event::Init),
-                Ok(Event::InitApply(mk_malformed_pod("a"))),
-                Ok(Event::InitDone),
-            ],
-        );
-        assert_eq!(targets(&shared), 1, "pod a keeps its last good version");
-    }
-
-    #[test]
-    fn a_refused_streaming_list_is_recognised_and_other_errors_are_not() {
-        let status = |code| {
-            let s = kube::core::Status::failure("sendInitialEvents is forbidden", "Invalid")
-                .with_code(code);
-            Err(watcher::Error::WatchStartFailed(kube::Error::Api(
-                Box::new(s),
-            )))
+    /// The key of an object whose head could not be fully read, to keep its last good version.
+    fn key_of(&self, raw: &[u8]) -> Option<Key> {
+        #[derive(Deserialize)]
+        struct Meta {
+            #[serde(default)]
+            metadata: KeyMeta,
+        }
+        #[derive(Deserialize, Default)]
+        struct KeyMeta {
+            #[serde(default)]
+            name: String,
+            #[serde(default)]
+            namespace: String,
+        }
+        let m: Meta = serde_json::from_slice(raw).ok()?;
+        let ns = if self.resource.namespaced {
+            m.metadata.namespace
+        } else {
+            String::new()
         };
-        assert!(rejects_streaming(&status(422)));
-        assert!(!rejects_streaming(&status(503)));
-        assert!(!rejects_streaming(&Ok(Event::InitDone)));
+        (!m.metadata.name.is_empty()).then_some((ns, m.metadata.name))
     }
 
-    #[test]
-    fn watch_events_apply_and_delete_incrementally() {
-        let shared = mk_shared();
-        let feed = pods(
-            &shared,
-            Feed::Live,
-            vec![
-                Ok(Event::Init),
-                Ok(Event::InitDone),
-                Ok(Event::Apply(mk_pod("a", "127.16.0.1"))),
-            ],
-        );
-        assert_eq!(targets(&shared), 1);
-        pods(
-            &shared,
-            feed,
-            vec![Ok(Event::Delete(mk_pod("a", "127.16.0.1")))],
-        );
-        assert_eq!(targets(&shared), 0);
+    fn apply(&self, entry: Arc<Entry>) {
+        self.count("apply");
+        self.shared.cache.touch(self.r);
+        self.shared.upsert(self.r, entry);
     }
+
+    fn delete(&self, entry: Arc<Entry>) {
+        self.count("delete");
+        self.shared.cache.touch(self.r);
+        self.shared.remove(self.r, entry);
+    }
+
+    /// A complete list at `rv` replaces the resource's state in the cache and in discovery.
+    fn swap(&self, rv: u64, entries: Vec<Arc<Entry>>, keep: Vec<Key>) {
+        let started = std::time::Instant::now();
+        let n = entries.len();
+        let stats = self.shared.swap(self.r, rv, entries, keep);
+        self.shared.cache.touch(self.r);
+        self.shared.set_resource_stale(self.r, false);
+        tracing::info!(
+            objects = n,
+            rv,
+            added = stats.added,
+            modified = stats.modified,
+            deleted = stats.deleted,
+            ms = started.elapsed().as_millis() as u64,
+            "relist applied"
+        );
+    }
+
+    /// A paged LIST; on success the state is swapped in and a watch from its version comes next.
+    async fn list(&self) -> Outcome {
+        self.shared
+            .metrics
+            .upstream_relists
+            .get_or_create(&self.labels())
+            .inc();
+        let mut entries = Vec::new();
+        let mut keep = Vec::new();
+        let mut token: Option<String> = None;
+        let rv = loop {
+            let mut url = format!("{}?limit={PAGE_SIZE}", self.path());
+            if let Some(t) = &token {
+                url.push_str("&continue=");
+                url.push_str(&encode_query(t));
+            }
+            let req = match http::Request::get(&url).body(Vec::new()) {
+                Ok(r) => r,
+                Err(e) => return Outcome::Failed(Phase::List, e.to_string()),
+            };
+            self.shared
+                .metrics
+                .upstream_lists
+                .get_or_create(&self.labels())
+                .inc();
+            let body = match self.client.request_text(req).await {
+                Ok(b) => b,
+                Err(e) => return Outcome::Failed(Phase::List, format!("list {url}: {e}")),
+            };
+            let page: ListPage = match serde_json::from_str(&body) {
+                Ok(p) => p,
+                Err(e) => return Outcome::Failed(Phase::List, format!("list {url}: {e}")),
+            };
+            for item in page.items {
+                self.count("relist_object");
+                match self.ingest(item.get().as_bytes()) {
+                    Ok(e) => entries.push(e),
+                    Err(why) => {
+                        self.malformed(&why);
+                        keep.extend(self.key_of(item.get().as_bytes()));
+                    }
+                }
+            }
+            match page.metadata.continue_token.filter(|t| !t.is_empty()) {
+                Some(t) => token = Some(t),
+                None => break page.metadata.resource_version,
+            }
+        };
+        let Ok(rv) = rv.parse::<u64>() else {
+            return Outcome::Failed(
+                Phase::List,
+                format!("list resourceVersion {rv:?} is not an unsigned integer"),
+            );
+        };
+        self.swap(rv, entries, keep);
+        Outcome::Next(Phase::Watch(rv))
+    }
+
+    /// A watch from `from`, or (None) a streaming list: a watch with `sendInitialEvents=true` whose
+    /// initial events are buffered until the `k8s.io/initial-events-end` bookmark and swapped in.
+    async fn watch(&self, from: Option<u64>) -> Outcome {
+        // client-go's reflector picks a timeout between 5 and 10 minutes so watches do not all end
+        // together; the apiserver ends the watch then, and herald resumes from where it was.
+        let timeout = 300 + u64::from(std::process::id() as u16 % 300);
+        let mut url = format!(
+            "{}?watch=true&allowWatchBookmarks=true&timeoutSeconds={timeout}",
+            self.path()
+        );
+        match from {
+            Some(rv) => url.push_str(&format!("&resourceVersion={rv}")),
+            None => {
+                url.push_str("&sendInitialEvents=true&resourceVersionMatch=NotOlderThan");
+                self.shared
+                    .metrics
+                    .upstream_relists
+                    .get_or_create(&self.labels())
+                    .inc();
+            }
+        }
+        let resume = |rv: Option<u64>| rv.map_or(Phase::List, Phase::Watch);
+        let req = match http::Request::get(&url).body(Vec::new()) {
+            Ok(r) => r,
+            Err(e) => return Outcome::Failed(resume(from), e.to_string()),
+        };
+        let mut stream = match self.client.request_stream(req).await {
+            Ok(s) => s,
+            Err(kube::Error::Api(s)) if s.code == 410 => {
+                tracing::info!("watch version expired upstream (410); relisting");
+                return Outcome::Next(Phase::List);
+            }
+            Err(kube::Error::Api(s)) if from.is_none() && (s.code == 400 || s.code == 422) => {
+                return Outcome::NoStreaming;
+            }
+            Err(e) => return Outcome::Failed(resume(from), format!("watch {url}: {e}")),
+        };
+        self.shared
+            .metrics
+            .upstream_watches
+            .get_or_create(&self.labels())
+            .inc();
+        if from.is_some() {
+            // A resumed watch serves the state herald already holds: it is current again.
+            self.shared.set_resource_stale(self.r, false);
+        }
+        let mut rv = from;
+        let mut initial: Option<(Vec<Arc<Entry>>, Vec<Key>)> =
+            from.is_none().then(|| (Vec::new(), Vec::new()));
+        let mut line = Vec::new();
+        let idle = Duration::from_secs(timeout + 60);
+        loop {
+            line.clear();
+            let read = tokio::time::timeout(idle, stream.read_until(b'\n', &mut line)).await;
+            let n = match read {
+                Ok(Ok(n)) => n,
+                Ok(Err(e)) => return Outcome::Failed(resume(rv), format!("watch stream: {e}")),
+                Err(_) => return Outcome::Failed(resume(rv), "watch stream went silent".into()),
+            };
+            if n == 0 {
+                // The server ended the watch (its timeout): resume where we are.
+                return Outcome::Next(resume(rv));
+            }
+            if line.iter().all(u8::is_ascii_whitespace) {
+                continue;
+            }
+            let ev: Line = match serde_json::from_slice(&line) {
+                Ok(ev) => ev,
+                Err(e) => {
+                    return Outcome::Failed(resume(rv), format!("undecodable watch line: {e}"));
+                }
+            };
+            let raw = ev.object.get().as_bytes();
+            match ev.ty.as_ref() {
+                "ADDED" | "MODIFIED" => match self.ingest(raw) {
+                    Ok(entry) => {
+                        rv = Some(entry.rv.max(rv.unwrap_or(0)));
+                        match &mut initial {
+                            Some((buf, _)) => {
+                                self.count("relist_object");
+                                buf.push(entry);
+                            }
+                            None => self.apply(entry),
+                        }
+                    }
+                    Err(why) => {
+                        self.malformed(&why);
+                        if let (Some((_, keep)), Some(k)) = (&mut initial, self.key_of(raw)) {
+                            keep.push(k);
+                        }
+                    }
+                },
+                "DELETED" => match head(&self.resource, raw) {
+                    Ok(h) => {
+                        rv = Some(h.rv.max(rv.unwrap_or(0)));
+                        let entry = Arc::new(Entry {
+                            key: h.key,
+                            rv: h.rv,
+                            labels: h.labels,
+                            fields: h.fields,
+                            bytes: Bytes::from(strip_managed_fields(raw).into_owned()),
+                        });
+                        match &mut initial {
+                            Some((buf, _)) => buf.retain(|e| e.key != entry.key),
+                            None => self.delete(entry),
+                        }
+                    }
+                    Err(e) => self.malformed(&e.to_string()),
+                },
+                "BOOKMARK" => {
+                    let m: Marker = serde_json::from_slice(raw).unwrap_or_default();
+                    let Ok(b) = m.metadata.resource_version.parse::<u64>() else {
+                        continue;
+                    };
+                    rv = Some(b.max(rv.unwrap_or(0)));
+                    let end = m
+                        .metadata
+                        .annotations
+                        .get("k8s.io/initial-events-end")
+                        .is_some_and(|v| v == "true");
+                    match initial.take() {
+                        Some((buf, keep)) if end => self.swap(b, buf, keep),
+                        Some(pending) => initial = Some(pending),
+                        None => self.shared.cache.bookmark(self.r, b),
+                    }
+                }
+                "ERROR" => {
+                    let m: Marker = serde_json::from_slice(raw).unwrap_or_default();
+                    if m.code == 410 {
+                        tracing::info!(
+                            message = m.message,
+                            "watch expired upstream (410); relisting"
+                        );
+                        return Outcome::Next(Phase::List);
+                    }
+                    return Outcome::Failed(
+                        if initial.is_some() {
+                            Phase::List
+                        } else {
+                            resume(rv)
+                        },
+                        format!("watch error {}: {}", m.code, m.message),
+                    );
+                }
+                other => tracing::debug!(event = other, "unknown watch event type ignored"),
+            }
+            if initial.is_some() && n > 0 {
+                continue;
+            }
+        }
+    }
+}
+
+/// Percent-encodes a query value (continue tokens are opaque and may hold any character).
+fn encode_query(v: &str) -> String {
+    v.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
+                (b as char).to_string()
+            }
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
 }

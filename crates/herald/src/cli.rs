@@ -78,6 +78,17 @@ pub struct ServeArgs {
     pub namespace: Option<String>,
     #[arg(long, value_enum, default_value_t = InitialListArg::Auto)]
     pub initial_list: InitialListArg,
+    /// Serve a read-only Kubernetes API (list/watch from herald's cache) here; overrides
+    /// `kube_api.listen` in the config file.
+    #[arg(long, value_name = "ADDR")]
+    pub kube_listen: Option<SocketAddr>,
+    /// Bearer tokens for the Kubernetes API, one per line, re-read when the file changes; overrides
+    /// `kube_api.token_file`.
+    #[arg(long, value_name = "PATH")]
+    pub kube_token_file: Option<PathBuf>,
+    /// Serve the Kubernetes API on a non-loopback address without tokens.
+    #[arg(long)]
+    pub kube_insecure: bool,
 }
 
 #[derive(Debug, Args)]

@@ -2,7 +2,9 @@
 //! build the upstream client config, run until SIGINT/SIGTERM.
 
 use anyhow::Context as _;
-use herald_server::{Herald, ServeOptions, USER_AGENT, job_specs};
+use herald_server::{
+    Herald, KubeApiOptions, KubeServeOptions, ServeOptions, USER_AGENT, job_specs, kube_kinds,
+};
 
 use crate::cli::ServeArgs;
 
@@ -22,6 +24,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     let specs = job_specs(&config, own_namespace.as_deref())
         .with_context(|| format!("job file {}", args.config.display()))?;
     let kube_config = kube_config(&args).await?;
+    let kube = kube_options(&args, &config.kube_api)?;
 
     let herald = Herald::start(
         specs,
@@ -30,14 +33,59 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
             listen: args.listen,
             initial_list: args.initial_list.into(),
             user_agent: USER_AGENT.to_string(),
+            kube,
         },
     )
     .await?;
     println!("herald serving on {}", herald.url());
+    if let Some(url) = herald.kube_url() {
+        println!("kubernetes API on {url}");
+    }
     shutdown_signal().await;
     tracing::info!("shutting down");
     herald.stop().await;
     Ok(())
+}
+
+/// The Kubernetes API face's options: the config file's `kube_api:` section, flags winning.
+fn kube_options(
+    args: &ServeArgs,
+    cfg: &herald_core::KubeApiConfig,
+) -> anyhow::Result<Option<KubeServeOptions>> {
+    let listen = match (args.kube_listen, &cfg.listen) {
+        (Some(a), _) => a,
+        (None, Some(s)) => s
+            .parse()
+            .with_context(|| format!("kube_api.listen {s:?} is not an address (host:port)"))?,
+        (None, None) => return Ok(None),
+    };
+    let (resources, custom) = kube_kinds(&cfg.kinds)?;
+    let mut api = KubeApiOptions {
+        resources,
+        ..KubeApiOptions::default()
+    };
+    if let Some(r) = cfg.admission_rate {
+        anyhow::ensure!(r > 0.0, "kube_api.admission_rate must be positive, not {r}");
+        api.admission_rate = r;
+    }
+    if let Some(b) = cfg.admission_burst {
+        anyhow::ensure!(b > 0, "kube_api.admission_burst must be positive");
+        api.admission_burst = b;
+    }
+    if let Some(w) = cfg.history_window {
+        anyhow::ensure!(w > 0, "kube_api.history_window must be positive");
+        api.history_window = w;
+    }
+    Ok(Some(KubeServeOptions {
+        listen,
+        api,
+        custom,
+        token_file: args
+            .kube_token_file
+            .clone()
+            .or_else(|| cfg.token_file.clone().map(Into::into)),
+        insecure: args.kube_insecure || cfg.insecure,
+    }))
 }
 
 /// The namespace Prometheus's `own_namespace` means: the pod's service-account namespace file

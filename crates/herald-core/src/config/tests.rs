@@ -381,3 +381,33 @@ fn prometheus_config_testdata_verdicts_are_reproduced() {
         "{e}"
     );
 }
+
+#[test]
+fn the_kube_api_section_takes_builtin_and_custom_kinds_and_rejects_unknown_fields() {
+    let cfg = parse_config(
+        "jobs: []\nkube_api:\n  listen: 127.0.0.1:6443\n  kinds: [pods, {group: example.com, version: v1, resource: widgets}]\n  admission_rate: 50\n",
+    )
+    .expect("valid");
+    assert_eq!(cfg.kube_api.listen.as_deref(), Some("127.0.0.1:6443"));
+    assert_eq!(
+        cfg.kube_api.kinds,
+        vec![
+            KindRef::Builtin("pods".into()),
+            KindRef::Custom {
+                group: "example.com".into(),
+                version: "v1".into(),
+                resource: "widgets".into()
+            }
+        ]
+    );
+    assert_eq!(cfg.kube_api.admission_rate, Some(50.0));
+    let err = parse_config("jobs: []\nkube_api:\n  lisen: x\n").expect_err("typo");
+    assert!(
+        err.to_string().contains("kube_api") && err.to_string().contains("lisen"),
+        "{err}"
+    );
+    assert_eq!(
+        parse_config("jobs: []\n").expect("valid").kube_api,
+        KubeApiConfig::default()
+    );
+}

@@ -18,7 +18,7 @@ pub async fn readyz(State(shared): State<Arc<Shared>>) -> Response {
     if unsynced.is_empty() {
         return (StatusCode::OK, "ok\n").into_response();
     }
-    let names: Vec<&str> = unsynced.iter().map(|k| k.plural()).collect();
+    let names: Vec<&str> = unsynced.iter().map(String::as_str).collect();
     (
         StatusCode::SERVICE_UNAVAILABLE,
         format!("waiting for the first sync of: {}\n", names.join(", ")),
@@ -33,7 +33,7 @@ pub async fn metrics(State(shared): State<Arc<Shared>>) -> Response {
             shared
                 .metrics
                 .upstream_last_event_age
-                .get_or_create(&Metrics::kind(kind.plural()))
+                .get_or_create(&Metrics::kind(&kind))
                 .set(age);
         }
     }

@@ -1,0 +1,381 @@
+//! herald's read-only Kubernetes API: kube-face over the cache, with admission control (a token bucket
+//! for new lists and watches, so a reconnect storm of thousands of clients gets 429 instead of
+//! flattening herald), bearer-token authentication, and metrics per downstream watch.
+
+use std::path::PathBuf;
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::{Duration, SystemTime};
+
+use axum::Router;
+use axum::extract::{Request, State};
+use axum::http::header;
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use kube_face::{
+    ApiError, Backend, Catalog, Entry, Event, Key, ListAt, Page, ResId, StoreError, WatchObserver,
+    WatchSettings,
+};
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::gauge::Gauge;
+use tokio::sync::watch;
+use tokio::time::Instant;
+
+use crate::metrics::{KubeRequestLabels, Metrics, VerbLabels};
+use crate::state::{KubeApiOptions, Shared};
+
+/// The face's own state inside `Shared`.
+#[derive(Debug)]
+pub struct KubeApi {
+    pub options: KubeApiOptions,
+    bucket: Mutex<Bucket>,
+    metrics: Metrics,
+    /// Flipped at shutdown: open watches end at once instead of holding the process up.
+    close_tx: watch::Sender<u64>,
+}
+
+/// A token bucket: `rate` tokens per second up to `burst`.
+#[derive(Debug)]
+struct Bucket {
+    tokens: f64,
+    at: Instant,
+}
+
+impl KubeApi {
+    pub fn new(options: KubeApiOptions, metrics: &Metrics) -> KubeApi {
+        KubeApi {
+            bucket: Mutex::new(Bucket {
+                tokens: f64::from(options.admission_burst),
+                at: Instant::now(),
+            }),
+            options,
+            metrics: metrics.clone(),
+            close_tx: watch::Sender::new(0),
+        }
+    }
+
+    /// Ends every open downstream watch.
+    pub fn close_watches(&self) {
+        self.close_tx.send_modify(|n| *n += 1);
+    }
+
+    /// Takes a token, or says how long until one is available.
+    fn take(&self) -> Result<(), Duration> {
+        let mut b = self.bucket.lock().expect("bucket lock is never poisoned");
+        let now = Instant::now();
+        let rate = self.options.admission_rate.max(0.001);
+        let burst = f64::from(self.options.admission_burst.max(1));
+        b.tokens = (b.tokens + now.duration_since(b.at).as_secs_f64() * rate).min(burst);
+        b.at = now;
+        if b.tokens >= 1.0 {
+            b.tokens -= 1.0;
+            Ok(())
+        } else {
+            Err(Duration::from_secs_f64((1.0 - b.tokens) / rate))
+        }
+    }
+}
+
+fn face(shared: &Shared) -> &KubeApi {
+    shared
+        .kube_api
+        .as_ref()
+        .expect("the kube API router is only built when the face is on")
+}
+
+struct Observer {
+    open: Gauge,
+    events: Counter,
+    bytes: Counter,
+    slow: Counter,
+}
+
+impl WatchObserver for Observer {
+    fn sent(&self, bytes: u64) {
+        self.events.inc();
+        self.bytes.inc_by(bytes);
+    }
+    fn closed_slow(&self) {
+        self.slow.inc();
+    }
+}
+
+impl Drop for Observer {
+    fn drop(&mut self) {
+        self.open.dec();
+    }
+}
+
+impl Backend for Shared {
+    fn catalog(&self) -> &Catalog {
+        &self.cache.catalog
+    }
+    fn settings(&self) -> &WatchSettings {
+        &face(self).options.watch
+    }
+    fn server_address(&self) -> String {
+        String::new()
+    }
+    fn resource_version(&self, r: ResId) -> u64 {
+        self.cache.resource_version(r)
+    }
+    fn subscribe(&self, r: ResId) -> watch::Receiver<u64> {
+        self.cache.subscribe(r)
+    }
+    fn get(&self, r: ResId, namespace: &str, name: &str) -> Option<Arc<Entry>> {
+        self.cache.read(r).get_parts(namespace, name).cloned()
+    }
+    fn list(
+        &self,
+        r: ResId,
+        ns: Option<&str>,
+        at: ListAt,
+        after: Option<&Key>,
+        limit: Option<usize>,
+        filter: &dyn Fn(&Entry) -> bool,
+    ) -> Result<Page, StoreError> {
+        // NB: the version is read before the lock: a change landing in between is in the page and
+        // in the watch that follows, which informers tolerate; the reverse would lose it.
+        let current = self.cache.resource_version(r);
+        self.cache
+            .read(r)
+            .list(current, ns, at, after, limit, filter)
+    }
+    fn events_after(&self, r: ResId, rv: u64) -> Result<(Vec<Arc<Event>>, u64), StoreError> {
+        let current = self.cache.resource_version(r);
+        Ok((self.cache.read(r).events_after(rv)?, current))
+    }
+    fn admit(&self, verb: &str, _resource: &str) -> Result<(), ApiError> {
+        let api = face(self);
+        api.take().map_err(|wait| {
+            api.metrics
+                .kube_admission_refused
+                .get_or_create(&VerbLabels { verb: verb.into() })
+                .inc();
+            let mut e = ApiError::new(
+                429,
+                "TooManyRequests",
+                "Too many requests, please try again later.",
+            );
+            e.retry_after = Some(wait.as_secs().max(1));
+            e
+        })
+    }
+    fn request_done(&self, verb: &str, resource: &str, code: u16, _ua: &str, _bytes: u64) {
+        self.metrics
+            .kube_requests
+            .get_or_create(&KubeRequestLabels {
+                verb: verb.into(),
+                kind: resource.into(),
+                code: code.to_string(),
+            })
+            .inc();
+    }
+    fn watch_opened(&self, resource: &str, _ua: &str) -> Box<dyn WatchObserver> {
+        let label = Metrics::kind(resource);
+        let m = &self.metrics;
+        let open = m.kube_watches_open.get_or_create(&label).clone();
+        open.inc();
+        Box::new(Observer {
+            open,
+            events: m.kube_events_sent.get_or_create(&label).clone(),
+            bytes: m.kube_bytes_sent.get_or_create(&label).clone(),
+            slow: m.kube_watchers_closed_slow.get_or_create(&label).clone(),
+        })
+    }
+    fn closer(&self) -> Option<watch::Receiver<u64>> {
+        Some(face(self).close_tx.subscribe())
+    }
+}
+
+/// Bearer tokens from a file, one per line (blank lines and `#` comments ignored), re-read when the
+/// file changes. NB: tokens are secrets: they are never logged, and comparison takes the same time
+/// whatever matches.
+#[derive(Debug)]
+pub struct Tokens {
+    path: PathBuf,
+    state: RwLock<(Option<SystemTime>, Vec<String>)>,
+}
+
+/// Why a token file could not be used.
+#[derive(Debug, thiserror::Error)]
+pub enum TokenError {
+    #[error("reading token file {path}: {source}")]
+    Read {
+        path: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("token file {0} holds no token")]
+    Empty(String),
+}
+
+impl Tokens {
+    pub fn load(path: PathBuf) -> Result<Tokens, TokenError> {
+        let t = Tokens {
+            path,
+            state: RwLock::new((None, vec![])),
+        };
+        t.reload()?;
+        Ok(t)
+    }
+
+    /// Re-reads the file if it changed. On error the previous tokens stay in force.
+    pub fn reload(&self) -> Result<bool, TokenError> {
+        let read_err = |source| TokenError::Read {
+            path: self.path.display().to_string(),
+            source,
+        };
+        let mtime = std::fs::metadata(&self.path)
+            .and_then(|m| m.modified())
+            .map_err(read_err)?;
+        if self.state.read().expect("token lock").0 == Some(mtime) {
+            return Ok(false);
+        }
+        let text = std::fs::read_to_string(&self.path).map_err(read_err)?;
+        let tokens: Vec<String> = text
+            .lines()
+            .map(str::trim)
+            .filter(|l| !l.is_empty() && !l.starts_with('#'))
+            .map(str::to_string)
+            .collect();
+        if tokens.is_empty() {
+            return Err(TokenError::Empty(self.path.display().to_string()));
+        }
+        *self.state.write().expect("token lock") = (Some(mtime), tokens);
+        Ok(true)
+    }
+
+    pub fn accepts(&self, presented: &str) -> bool {
+        let state = self.state.read().expect("token lock");
+        state.1.iter().fold(false, |ok, t| {
+            ok | constant_time_eq(t.as_bytes(), presented.as_bytes())
+        })
+    }
+
+    /// Re-reads the file every `every` until `stop`.
+    pub async fn watch_file(
+        self: Arc<Self>,
+        every: Duration,
+        stop: tokio_util::sync::CancellationToken,
+    ) {
+        loop {
+            tokio::select! {
+                _ = stop.cancelled() => return,
+                _ = tokio::time::sleep(every) => {}
+            }
+            match self.reload() {
+                Ok(true) => tracing::info!(path = %self.path.display(), "token file reloaded"),
+                Ok(false) => {}
+                Err(e) => {
+                    tracing::warn!(error = %e, "token file unusable; keeping the previous tokens")
+                }
+            }
+        }
+    }
+}
+
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    if a.len() != b.len() {
+        return false;
+    }
+    a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+/// The Kubernetes API router over `shared`; with `tokens`, every request needs one of them.
+pub fn router(shared: Arc<Shared>, tokens: Option<Arc<Tokens>>) -> Router {
+    let metrics = shared.metrics.clone();
+    let api = kube_face::router(shared).fallback(|| async {
+        ApiError::not_found("the server could not find the requested resource")
+    });
+    match tokens {
+        None => api,
+        Some(tokens) => api.layer(middleware::from_fn_with_state(
+            (tokens, metrics),
+            authenticate,
+        )),
+    }
+}
+
+async fn authenticate(
+    State((tokens, metrics)): State<(Arc<Tokens>, Metrics)>,
+    req: Request,
+    next: Next,
+) -> Response {
+    let presented = req
+        .headers()
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .map(str::trim);
+    match presented {
+        Some(t) if tokens.accepts(t) => next.run(req).await,
+        _ => {
+            metrics.kube_auth_refused.inc();
+            ApiError::new(401, "Unauthorized", "Unauthorized").into_response()
+        }
+    }
+}
+
+/// Whether the face is usable yet: every served resource has synced once.
+pub fn synced(shared: &Shared) -> bool {
+    shared
+        .cache
+        .ids()
+        .all(|r| shared.cache.get(r).status.synced.load(Ordering::Acquire))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tokens_are_read_from_a_file_reloaded_on_change_and_kept_when_it_breaks() {
+        let dir = std::env::temp_dir().join(format!("herald-tokens-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("tmp");
+        let path = dir.join("tokens");
+        std::fs::write(&path, "# comment\nalpha\n\n").expect("write");
+        let t = Tokens::load(path.clone()).expect("valid");
+        assert!(t.accepts("alpha"));
+        assert!(!t.accepts("alph"));
+        assert!(!t.accepts("beta"));
+        std::thread::sleep(Duration::from_millis(20));
+        std::fs::write(&path, "beta\n").expect("write");
+        // make sure the mtime differs even on coarse clocks
+        let later = SystemTime::now() + Duration::from_secs(2);
+        std::fs::File::options()
+            .write(true)
+            .open(&path)
+            .and_then(|f| f.set_modified(later))
+            .expect("touch");
+        assert!(t.reload().expect("reloaded"));
+        assert!(t.accepts("beta") && !t.accepts("alpha"));
+        std::fs::write(&path, "\n").expect("write");
+        std::fs::File::options()
+            .write(true)
+            .open(&path)
+            .and_then(|f| f.set_modified(later + Duration::from_secs(2)))
+            .expect("touch");
+        assert!(t.reload().is_err(), "an empty file is refused");
+        assert!(t.accepts("beta"), "the previous tokens stay");
+        assert!(Tokens::load(dir.join("missing")).is_err());
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn the_admission_bucket_refuses_past_its_burst_and_refills() {
+        let api = KubeApi::new(
+            KubeApiOptions {
+                admission_rate: 1000.0,
+                admission_burst: 3,
+                ..KubeApiOptions::default()
+            },
+            &Metrics::default(),
+        );
+        assert!((0..3).all(|_| api.take().is_ok()));
+        let wait = api.take().expect_err("burst spent");
+        assert!(wait <= Duration::from_millis(2));
+        std::thread::sleep(Duration::from_millis(5));
+        assert!(api.take().is_ok(), "refilled");
+    }
+}
