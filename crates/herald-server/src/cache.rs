@@ -173,6 +173,15 @@ impl Cache {
         self.advance(r, rv);
     }
 
+    /// Forgets every resource's history up to its current version (an operator's or a test's
+    /// compaction): downstream watches from older versions get 410 and relist.
+    pub fn compact_all(&self) {
+        for r in self.ids() {
+            let rv = self.resource_version(r);
+            self.write(r).compact(rv);
+        }
+    }
+
     /// The upstream is complete to `rv` (a bookmark).
     pub fn bookmark(&self, r: ResId, rv: u64) {
         self.advance(r, rv);

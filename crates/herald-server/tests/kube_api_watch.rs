@@ -1,0 +1,57 @@
+//! kube-sim's watch-semantics suite (conformance "Watchers" included) run against herald's Kubernetes
+//! API: writes go to kube-sim, reads and watches to herald's cache in front of it.
+
+#[path = "../../kube-sim/tests/common/mod.rs"]
+mod common;
+#[path = "../../kube-sim/tests/suite/watch.rs"]
+mod suite;
+
+use std::sync::Arc;
+
+use herald_server::{Herald, KubeApiOptions, KubeServeOptions, ServeOptions};
+use kube_sim::Settings;
+use suite::Face;
+
+pub async fn start_face(window: usize, settings: Settings) -> Face {
+    let sim = common::start_empty_with(1000, Settings::default()).await;
+    let herald = Herald::start(
+        vec![],
+        kube::Config::new(sim.url().parse().expect("url")),
+        ServeOptions {
+            kube: Some(KubeServeOptions {
+                listen: "127.0.0.1:0".parse().expect("addr"),
+                api: KubeApiOptions {
+                    resources: vec![kube_face::Resource::builtin("configmaps").expect("cm")],
+                    history_window: window,
+                    watch: settings,
+                    ..KubeApiOptions::default()
+                },
+                custom: vec![],
+                token_file: None,
+                insecure: false,
+            }),
+            ..ServeOptions::default()
+        },
+    )
+    .await
+    .expect("herald starts");
+    tokio::time::timeout(std::time::Duration::from_secs(10), herald.ready())
+        .await
+        .expect("herald syncs");
+    let read = herald.kube_url().expect("kube face on");
+    let shared = herald.shared().clone();
+    let compacting: Arc<herald_server::Shared> = shared.clone();
+    Face {
+        sim,
+        read,
+        close_watches: Box::new(move || {
+            shared
+                .kube_api
+                .as_ref()
+                .expect("kube face on")
+                .close_watches()
+        }),
+        compact: Box::new(move || compacting.cache.compact_all()),
+        keep: Box::new(herald),
+    }
+}

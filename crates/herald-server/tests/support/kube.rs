@@ -1,0 +1,78 @@
+//! Starting herald with its Kubernetes API face in front of a kube-sim (or another herald), for the
+//! `kube_api_*` and `e2e_kube_api_*` tests.
+
+#![allow(dead_code)] // each test binary uses a different subset
+
+use std::time::Duration;
+
+use herald_server::{Herald, KubeApiOptions, KubeServeOptions, ServeOptions, job_specs};
+use kube_sim::generate::ClusterSpec;
+
+/// A small generated cluster whose every address is on 127.0.0.0/8.
+pub fn loopback_cluster() -> ClusterSpec {
+    ClusterSpec {
+        pod_cidr: "127.16.0.0/12".parse().expect("cidr"),
+        node_cidr: "127.8.0.0/16".parse().expect("cidr"),
+        service_cidr: "127.4.0.0/16".parse().expect("cidr"),
+        ..ClusterSpec::small()
+    }
+}
+
+/// The default served kinds plus `extra` (built-in names).
+pub fn kube_options(extra: &[&str]) -> KubeApiOptions {
+    let (mut resources, _) = herald_server::kube_kinds(&[]).expect("defaults");
+    for name in extra {
+        resources.push(kube_face::Resource::builtin(name).expect("built-in"));
+    }
+    KubeApiOptions {
+        resources,
+        ..KubeApiOptions::default()
+    }
+}
+
+/// herald with `jobs` (a job file) and the face on a free loopback port, upstream at `upstream`;
+/// waits for its first sync.
+pub async fn start_herald(upstream: &str, jobs: &str, api: KubeApiOptions, user_agent: &str) -> Herald {
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+        .with_test_writer()
+        .try_init();
+    let cfg = herald_core::parse_config(jobs).expect("valid jobs");
+    let herald = Herald::start(
+        job_specs(&cfg, None).expect("valid specs"),
+        kube::Config::new(upstream.parse().expect("url")),
+        ServeOptions {
+            user_agent: user_agent.to_string(),
+            kube: Some(KubeServeOptions {
+                listen: "127.0.0.1:0".parse().expect("addr"),
+                api,
+                custom: vec![],
+                token_file: None,
+                insecure: false,
+            }),
+            ..ServeOptions::default()
+        },
+    )
+    .await
+    .expect("herald starts");
+    tokio::time::timeout(Duration::from_secs(30), herald.ready())
+        .await
+        .expect("herald syncs within 30 s");
+    herald
+}
+
+/// A kube-rs client for a face at `url`.
+pub fn client_for(url: &str) -> kube::Client {
+    kube::Client::try_from(kube::Config::new(url.parse().expect("url"))).expect("client")
+}
+
+/// A kubeconfig for a server at `url`, optionally with a bearer token.
+pub fn kubeconfig(url: &str, token: Option<&str>) -> String {
+    let user = match token {
+        Some(t) => format!("{{token: {t}}}"),
+        None => "{}".to_string(),
+    };
+    format!(
+        "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster:\n    server: {url}\ncontexts:\n- name: c\n  context:\n    cluster: c\n    user: u\n    namespace: default\ncurrent-context: c\nusers:\n- name: u\n  user: {user}\n"
+    )
+}
