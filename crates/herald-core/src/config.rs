@@ -52,6 +52,11 @@ pub struct KubeApiConfig {
     /// A file of bearer tokens, one per line, re-read when it changes.
     #[serde(default)]
     pub token_file: Option<String>,
+    /// PEM certificate chain and key to serve over TLS (client-go sends tokens only over TLS).
+    #[serde(default)]
+    pub tls_cert_file: Option<String>,
+    #[serde(default)]
+    pub tls_key_file: Option<String>,
     /// Serve without authentication on a non-loopback address.
     #[serde(default)]
     pub insecure: bool,

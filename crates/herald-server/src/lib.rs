@@ -19,6 +19,7 @@ pub mod metrics;
 pub mod serve;
 pub mod snapshot;
 pub mod state;
+pub mod tls;
 pub mod upstream;
 
 pub use cluster::{Object, ObjectKey, StoredObject, WatchKind};

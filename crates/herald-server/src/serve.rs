@@ -58,6 +58,8 @@ pub struct KubeServeOptions {
     pub token_file: Option<std::path::PathBuf>,
     /// Allow a non-loopback address without tokens.
     pub insecure: bool,
+    /// Serve over TLS with these files (client-go sends tokens only over TLS).
+    pub tls: Option<crate::tls::TlsFiles>,
 }
 
 /// Why herald could not start.
@@ -69,6 +71,8 @@ pub enum ServeError {
     Upstream(#[from] UpstreamError),
     #[error(transparent)]
     Tokens(#[from] TokenError),
+    #[error(transparent)]
+    Tls(#[from] crate::tls::TlsError),
     #[error(
         "refusing to serve the Kubernetes API on {0} without authentication: it exposes every cached object; give a token file, listen on loopback, or pass --kube-insecure"
     )]
@@ -190,6 +194,7 @@ pub struct Herald {
     shared: Arc<Shared>,
     addr: SocketAddr,
     kube_addr: Option<SocketAddr>,
+    kube_tls: bool,
     shutdown: CancellationToken,
     tasks: Vec<JoinHandle<()>>,
 }
@@ -240,24 +245,38 @@ impl Herald {
                 ));
             }
             let app = crate::kube_api::router(shared.clone(), tokens.clone());
+            let tls = k
+                .tls
+                .clone()
+                .map(crate::tls::Reloading::new)
+                .transpose()?
+                .map(Arc::new);
             let stop = shutdown.clone();
             let closing = shared.clone();
+            let closer = stop.clone();
+            tasks.push(tokio::spawn(async move {
+                closer.cancelled().await;
+                if let Some(api) = &closing.kube_api {
+                    api.close_watches();
+                }
+            }));
             let server = async move {
-                let serve = axum::serve(kube_listener, app).with_graceful_shutdown(async move {
-                    stop.cancelled().await;
-                    if let Some(api) = &closing.kube_api {
-                        api.close_watches();
+                match tls {
+                    Some(tls) => crate::tls::serve(kube_listener, tls, app, stop).await,
+                    None => {
+                        let serve = axum::serve(kube_listener, app)
+                            .with_graceful_shutdown(stop.cancelled_owned());
+                        if let Err(e) = serve.await {
+                            tracing::error!(error = %e, "kube API server failed");
+                        }
                     }
-                });
-                if let Err(e) = serve.await {
-                    tracing::error!(error = %e, "kube API server failed");
                 }
             };
             tasks.push(tokio::spawn(tracing::Instrument::instrument(
                 server,
                 tracing::info_span!("kube-api", addr = %at),
             )));
-            tracing::info!(addr = %at, auth = tokens.is_some(), "serving the Kubernetes API");
+            tracing::info!(addr = %at, auth = tokens.is_some(), tls = k.tls.is_some(), "serving the Kubernetes API");
         }
 
         let app = crate::http::app(shared.clone());
@@ -284,6 +303,7 @@ impl Herald {
             shared,
             addr,
             kube_addr,
+            kube_tls: options.kube.as_ref().is_some_and(|k| k.tls.is_some()),
             shutdown,
             tasks,
         })
@@ -298,9 +318,10 @@ impl Herald {
         format!("http://{}", self.addr)
     }
 
-    /// `http://ADDR` of the Kubernetes API face, when it is on.
+    /// `http://ADDR` (or `https://` with TLS) of the Kubernetes API face, when it is on.
     pub fn kube_url(&self) -> Option<String> {
-        self.kube_addr.map(|a| format!("http://{a}"))
+        let scheme = if self.kube_tls { "https" } else { "http" };
+        self.kube_addr.map(|a| format!("{scheme}://{a}"))
     }
 
     pub fn shared(&self) -> &Arc<Shared> {

@@ -35,7 +35,11 @@ fn sim_versions(sim: &Sim, kind: Kind, admit: impl Fn(&Value) -> bool) -> Versio
         .map(|o| {
             let m = &o["metadata"];
             (
-                format!("{}/{}", m["namespace"].as_str().unwrap_or(""), m["name"].as_str().unwrap_or("")),
+                format!(
+                    "{}/{}",
+                    m["namespace"].as_str().unwrap_or(""),
+                    m["name"].as_str().unwrap_or("")
+                ),
                 m["resourceVersion"].as_str().unwrap_or("").to_string(),
             )
         })
@@ -63,7 +67,13 @@ fn reflected<K: Resource<DynamicType = ()> + Clone>(store: &reflector::Store<K>)
 /// Runs a reflector for `api` with `config` in the background; returns its store.
 fn reflect<K>(api: Api<K>, config: watcher::Config) -> reflector::Store<K>
 where
-    K: Resource<DynamicType = ()> + Clone + std::fmt::Debug + serde::de::DeserializeOwned + Send + Sync + 'static,
+    K: Resource<DynamicType = ()>
+        + Clone
+        + std::fmt::Debug
+        + serde::de::DeserializeOwned
+        + Send
+        + Sync
+        + 'static,
 {
     let (reader, writer) = reflector::store();
     let stream = reflector(writer, watcher(api, config).default_backoff());
@@ -84,10 +94,28 @@ impl Clients {
     fn difference(&self, sim: &Sim) -> Option<String> {
         let node_name = self.node_name.clone();
         let checks = [
-            ("services", reflected(&self.services), sim_versions(sim, Kind::Service, kube_proxy_admits)),
-            ("endpointslices", reflected(&self.slices), sim_versions(sim, Kind::EndpointSlice, kube_proxy_admits)),
-            ("node", reflected(&self.node), sim_versions(sim, Kind::Node, |o| o["metadata"]["name"] == node_name.as_str())),
-            ("pods", reflected(&self.pods), sim_versions(sim, Kind::Pod, |_| true)),
+            (
+                "services",
+                reflected(&self.services),
+                sim_versions(sim, Kind::Service, kube_proxy_admits),
+            ),
+            (
+                "endpointslices",
+                reflected(&self.slices),
+                sim_versions(sim, Kind::EndpointSlice, kube_proxy_admits),
+            ),
+            (
+                "node",
+                reflected(&self.node),
+                sim_versions(sim, Kind::Node, |o| {
+                    o["metadata"]["name"] == node_name.as_str()
+                }),
+            ),
+            (
+                "pods",
+                reflected(&self.pods),
+                sim_versions(sim, Kind::Pod, |_| true),
+            ),
         ];
         let diffs: Vec<String> = checks
             .into_iter()
@@ -110,7 +138,10 @@ impl Clients {
             }
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
-        panic!("clients did not converge after {after}:\n{}", last.unwrap_or_default());
+        panic!(
+            "clients did not converge after {after}:\n{}",
+            last.unwrap_or_default()
+        );
     }
 }
 
@@ -144,7 +175,8 @@ fn downstream_lists(herald: &herald_server::Herald) -> u64 {
 
 fn herald_metrics(herald: &herald_server::Herald) -> String {
     let mut out = String::new();
-    prometheus_client::encoding::text::encode(&mut out, herald.shared().registry()).expect("encode");
+    prometheus_client::encoding::text::encode(&mut out, herald.shared().registry())
+        .expect("encode");
     out
 }
 
@@ -158,7 +190,13 @@ async fn kube_proxy_shaped_and_plain_reflectors_stay_in_sync_through_upstream_fa
     })
     .await
     .expect("kube-sim starts");
-    let herald = support::start_herald(&sim.url(), "jobs: []\n", support::kube_options(&[]), "herald/test").await;
+    let herald = support::start_herald(
+        &sim.url(),
+        "jobs: []\n",
+        support::kube_options(&[]),
+        "herald/test",
+    )
+    .await;
     let client = support::client_for(&herald.kube_url().expect("face on"));
     let node_name = sim.handle().objects_json(Kind::Node)[0]["metadata"]["name"]
         .as_str()
@@ -177,17 +215,42 @@ async fn kube_proxy_shaped_and_plain_reflectors_stay_in_sync_through_upstream_fa
     };
     toggle_proxy_names(&sim, 0);
     clients.converge(&sim, "the initial sync").await;
-    assert!(!reflected(&clients.slices).is_empty(), "kube-proxy sees slices");
+    assert!(
+        !reflected(&clients.slices).is_empty(),
+        "kube-proxy sees slices"
+    );
     let lists_after_sync = downstream_lists(&herald);
-    assert!(lists_after_sync >= 4, "each reflector listed once: {lists_after_sync}");
+    assert!(
+        lists_after_sync >= 4,
+        "each reflector listed once: {lists_after_sync}"
+    );
 
     let h = sim.handle();
     let faults = [
         ("dropped watches", Fault::CloseWatches),
         ("compaction (410 upstream)", Fault::Compact),
-        ("a restart refusing connections", Fault::Restart { duration_ms: 1500, refuse: true }),
-        ("a restart answering 503", Fault::Restart { duration_ms: 1500, refuse: false }),
-        ("429s on half the requests", Fault::Errors { code: 429, fraction: 0.5, retry_after_seconds: 1 }),
+        (
+            "a restart refusing connections",
+            Fault::Restart {
+                duration_ms: 1500,
+                refuse: true,
+            },
+        ),
+        (
+            "a restart answering 503",
+            Fault::Restart {
+                duration_ms: 1500,
+                refuse: false,
+            },
+        ),
+        (
+            "429s on half the requests",
+            Fault::Errors {
+                code: 429,
+                fraction: 0.5,
+                retry_after_seconds: 1,
+            },
+        ),
     ];
     for (round, (what, fault)) in faults.into_iter().enumerate() {
         h.set_churn(40.0);
@@ -212,12 +275,26 @@ async fn kube_proxy_shaped_and_plain_reflectors_stay_in_sync_through_upstream_fa
         .filter(|l| l.starts_with("herald_upstream_relists_total{kind=\"pods\"}"))
         .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
         .sum();
-    assert!(relists >= 2.0, "herald itself relisted upstream after the 410s: {relists}");
+    assert!(
+        relists >= 2.0,
+        "herald itself relisted upstream after the 410s: {relists}"
+    );
 
     // One upstream watch per kind, whatever the number of downstream clients.
     let stats = sim.stats();
-    for kind in ["pods", "services", "endpointslices", "nodes", "namespaces", "endpoints"] {
-        assert_eq!(stats["by_resource"][kind]["watches_open"], 1, "{kind}: {}", stats["by_resource"][kind]);
+    for kind in [
+        "pods",
+        "services",
+        "endpointslices",
+        "nodes",
+        "namespaces",
+        "endpoints",
+    ] {
+        assert_eq!(
+            stats["by_resource"][kind]["watches_open"], 1,
+            "{kind}: {}",
+            stats["by_resource"][kind]
+        );
     }
 }
 
@@ -238,9 +315,17 @@ async fn a_reconnect_storm_past_the_admission_rate_gets_429_and_still_syncs() {
     let http = reqwest::Client::new();
     let mut codes = Vec::new();
     for _ in 0..8 {
-        let r = http.get(format!("{base}/api/v1/pods?limit=1")).send().await.expect("list");
+        let r = http
+            .get(format!("{base}/api/v1/pods?limit=1"))
+            .send()
+            .await
+            .expect("list");
         if r.status() == 429 {
-            let retry = r.headers().get("retry-after").and_then(|v| v.to_str().ok()).map(str::to_string);
+            let retry = r
+                .headers()
+                .get("retry-after")
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_string);
             assert_eq!(retry.as_deref(), Some("1"), "429 says when to come back");
             let status: Value = r.json().await.expect("Status");
             assert_eq!(status["reason"], "TooManyRequests");
@@ -249,7 +334,11 @@ async fn a_reconnect_storm_past_the_admission_rate_gets_429_and_still_syncs() {
             codes.push(r.status().as_u16());
         }
     }
-    assert_eq!(&codes[..3], &[200, 200, 200], "the burst is admitted: {codes:?}");
+    assert_eq!(
+        &codes[..3],
+        &[200, 200, 200],
+        "the burst is admitted: {codes:?}"
+    );
     assert!(codes.contains(&429), "past the burst: {codes:?}");
     // A client that backs off as client-go does gets through.
     let client = support::client_for(&base);
@@ -263,4 +352,33 @@ async fn a_reconnect_storm_past_the_admission_rate_gets_429_and_still_syncs() {
     }
     assert_eq!(reflected(&pods), want);
     assert!(herald_metrics(&herald).contains("herald_kube_admission_refused_total{verb=\"LIST\"}"));
+}
+
+#[tokio::test]
+async fn herald_refuses_to_serve_the_api_off_loopback_without_tokens_and_names_why() {
+    let mut api = support::kube_options(&[]);
+    api.history_window = 10;
+    let err = herald_server::Herald::start(
+        vec![],
+        kube::Config::new("http://127.0.0.1:1".parse().expect("url")),
+        herald_server::ServeOptions {
+            kube: Some(herald_server::KubeServeOptions {
+                // Refused before anything binds.
+                listen: "0.0.0.0:0".parse().expect("addr"),
+                api,
+                custom: vec![],
+                token_file: None,
+                insecure: false,
+                tls: None,
+            }),
+            ..herald_server::ServeOptions::default()
+        },
+    )
+    .await
+    .expect_err("refused");
+    let msg = err.to_string();
+    assert!(
+        msg.contains("0.0.0.0:0") && msg.contains("--kube-insecure") && msg.contains("token"),
+        "{msg}"
+    );
 }

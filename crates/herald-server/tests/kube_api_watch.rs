@@ -29,6 +29,7 @@ pub async fn start_face(window: usize, settings: Settings) -> Face {
                 custom: vec![],
                 token_file: None,
                 insecure: false,
+                tls: None,
             }),
             ..ServeOptions::default()
         },

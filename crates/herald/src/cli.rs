@@ -89,6 +89,13 @@ pub struct ServeArgs {
     /// Serve the Kubernetes API on a non-loopback address without tokens.
     #[arg(long)]
     pub kube_insecure: bool,
+    /// PEM certificate chain for the Kubernetes API (TLS; re-read when it changes); overrides
+    /// `kube_api.tls_cert_file`.
+    #[arg(long, value_name = "PATH", requires = "kube_tls_key")]
+    pub kube_tls_cert: Option<PathBuf>,
+    /// PEM private key for `--kube-tls-cert`; overrides `kube_api.tls_key_file`.
+    #[arg(long, value_name = "PATH", requires = "kube_tls_cert")]
+    pub kube_tls_key: Option<PathBuf>,
 }
 
 #[derive(Debug, Args)]

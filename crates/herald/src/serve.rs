@@ -85,7 +85,27 @@ fn kube_options(
             .clone()
             .or_else(|| cfg.token_file.clone().map(Into::into)),
         insecure: args.kube_insecure || cfg.insecure,
+        tls: tls_files(args, cfg)?,
     }))
+}
+
+fn tls_files(
+    args: &ServeArgs,
+    cfg: &herald_core::KubeApiConfig,
+) -> anyhow::Result<Option<herald_server::tls::TlsFiles>> {
+    let cert = args
+        .kube_tls_cert
+        .clone()
+        .or_else(|| cfg.tls_cert_file.clone().map(Into::into));
+    let key = args
+        .kube_tls_key
+        .clone()
+        .or_else(|| cfg.tls_key_file.clone().map(Into::into));
+    match (cert, key) {
+        (Some(cert), Some(key)) => Ok(Some(herald_server::tls::TlsFiles { cert, key })),
+        (None, None) => Ok(None),
+        _ => anyhow::bail!("kube_api: a TLS certificate needs its key and a key its certificate"),
+    }
 }
 
 /// The namespace Prometheus's `own_namespace` means: the pod's service-account namespace file
@@ -141,5 +161,81 @@ pub async fn shutdown_signal() {
     tokio::select! {
         () = ctrl_c => {},
         () = term => {},
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser as _;
+
+    use super::*;
+    use crate::cli::{Cli, Command};
+
+    fn serve_args(extra: &[&str]) -> ServeArgs {
+        let mut argv = vec!["herald", "serve", "--config", "jobs.yaml"];
+        argv.extend_from_slice(extra);
+        match Cli::parse_from(argv).command {
+            Command::Serve(a) => a,
+            _ => panic!("serve"),
+        }
+    }
+
+    #[test]
+    fn the_kube_face_is_off_unless_an_address_is_given_and_flags_win_over_the_file() {
+        let off = herald_core::KubeApiConfig::default();
+        assert!(kube_options(&serve_args(&[]), &off).expect("ok").is_none());
+        let cfg = herald_core::parse_config(
+            "jobs: []\nkube_api:\n  listen: 127.0.0.1:7000\n  kinds: [pods, configmaps]\n  admission_rate: 10\n  token_file: /etc/t\n",
+        )
+        .expect("valid")
+        .kube_api;
+        let k = kube_options(&serve_args(&[]), &cfg)
+            .expect("ok")
+            .expect("on");
+        assert_eq!(k.listen.to_string(), "127.0.0.1:7000");
+        let names: Vec<&str> = k.api.resources.iter().map(|r| r.plural.as_str()).collect();
+        assert_eq!(names, ["pods", "configmaps"]);
+        assert_eq!(k.api.admission_rate, 10.0);
+        assert_eq!(
+            k.token_file.as_deref(),
+            Some(std::path::Path::new("/etc/t"))
+        );
+        let k = kube_options(
+            &serve_args(&["--kube-listen", "127.0.0.2:8000", "--kube-token-file", "/x"]),
+            &cfg,
+        )
+        .expect("ok")
+        .expect("on");
+        assert_eq!(k.listen.to_string(), "127.0.0.2:8000");
+        assert_eq!(k.token_file.as_deref(), Some(std::path::Path::new("/x")));
+        let defaults = kube_options(&serve_args(&["--kube-listen", "127.0.0.1:1"]), &off)
+            .expect("ok")
+            .expect("on");
+        assert_eq!(
+            defaults.api.resources.len(),
+            herald_server::DEFAULT_KUBE_KINDS.len()
+        );
+    }
+
+    #[test]
+    fn bad_kube_api_settings_are_refused_with_what_is_wrong() {
+        let bad = |yaml: &str| {
+            let cfg = herald_core::parse_config(yaml).expect("parses").kube_api;
+            kube_options(&serve_args(&[]), &cfg)
+                .expect_err("refused")
+                .to_string()
+        };
+        assert!(bad("jobs: []\nkube_api: {listen: nowhere}\n").contains("kube_api.listen"));
+        assert!(
+            bad("jobs: []\nkube_api: {listen: '127.0.0.1:1', kinds: [widgets]}\n")
+                .contains("widgets")
+        );
+        assert!(
+            bad("jobs: []\nkube_api: {listen: '127.0.0.1:1', admission_rate: 0}\n")
+                .contains("admission_rate")
+        );
+        assert!(
+            bad("jobs: []\nkube_api: {listen: '127.0.0.1:1', tls_cert_file: /c}\n").contains("TLS")
+        );
     }
 }

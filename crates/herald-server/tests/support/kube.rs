@@ -32,7 +32,12 @@ pub fn kube_options(extra: &[&str]) -> KubeApiOptions {
 
 /// herald with `jobs` (a job file) and the face on a free loopback port, upstream at `upstream`;
 /// waits for its first sync.
-pub async fn start_herald(upstream: &str, jobs: &str, api: KubeApiOptions, user_agent: &str) -> Herald {
+pub async fn start_herald(
+    upstream: &str,
+    jobs: &str,
+    api: KubeApiOptions,
+    user_agent: &str,
+) -> Herald {
     let _ = tracing_subscriber::fmt()
         .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
         .with_test_writer()
@@ -49,6 +54,7 @@ pub async fn start_herald(upstream: &str, jobs: &str, api: KubeApiOptions, user_
                 custom: vec![],
                 token_file: None,
                 insecure: false,
+                tls: None,
             }),
             ..ServeOptions::default()
         },
@@ -66,13 +72,53 @@ pub fn client_for(url: &str) -> kube::Client {
     kube::Client::try_from(kube::Config::new(url.parse().expect("url"))).expect("client")
 }
 
-/// A kubeconfig for a server at `url`, optionally with a bearer token.
-pub fn kubeconfig(url: &str, token: Option<&str>) -> String {
+/// A kubeconfig for a server at `url`, optionally with a bearer token and the CA (PEM) to trust.
+pub fn kubeconfig(url: &str, token: Option<&str>, ca_pem: Option<&str>) -> String {
+    use std::fmt::Write as _;
     let user = match token {
         Some(t) => format!("{{token: {t}}}"),
         None => "{}".to_string(),
     };
+    let mut ca = String::new();
+    if let Some(pem) = ca_pem {
+        let b64 = base64_encode(pem.as_bytes());
+        let _ = write!(ca, "\n    certificate-authority-data: {b64}");
+    }
     format!(
-        "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster:\n    server: {url}\ncontexts:\n- name: c\n  context:\n    cluster: c\n    user: u\n    namespace: default\ncurrent-context: c\nusers:\n- name: u\n  user: {user}\n"
+        "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster:\n    server: {url}{ca}\ncontexts:\n- name: c\n  context:\n    cluster: c\n    user: u\n    namespace: default\ncurrent-context: c\nusers:\n- name: u\n  user: {user}\n"
     )
+}
+
+/// A self-signed certificate for 127.0.0.1 written as PEM files in `dir`: (cert path, key path,
+/// cert PEM).
+pub fn self_signed(dir: &std::path::Path) -> (std::path::PathBuf, std::path::PathBuf, String) {
+    let ck =
+        rcgen::generate_simple_self_signed(vec!["127.0.0.1".to_string(), "localhost".to_string()])
+            .expect("certificate");
+    let cert_pem = ck.cert.pem();
+    let (cert, key) = (dir.join("tls.crt"), dir.join("tls.key"));
+    std::fs::write(&cert, &cert_pem).expect("cert");
+    std::fs::write(&key, ck.signing_key.serialize_pem()).expect("key");
+    (cert, key, cert_pem)
+}
+
+fn base64_encode(data: &[u8]) -> String {
+    const T: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut out = String::new();
+    for chunk in data.chunks(3) {
+        let b = [
+            chunk[0],
+            *chunk.get(1).unwrap_or(&0),
+            *chunk.get(2).unwrap_or(&0),
+        ];
+        let n = (u32::from(b[0]) << 16) | (u32::from(b[1]) << 8) | u32::from(b[2]);
+        for i in 0..4 {
+            if i <= chunk.len() {
+                out.push(T[(n >> (18 - 6 * i) & 63) as usize] as char);
+            } else {
+                out.push('=');
+            }
+        }
+    }
+    out
 }

@@ -393,12 +393,19 @@ async fn faults_close_watches_and_compaction_expires_old_versions() {
 async fn a_watch_from_a_future_resource_version_times_out_with_504() {
     let face = start_empty().await;
     let r = client()
-        .get(format!("{}?watch=true&resourceVersion=99999999", face.cms()))
+        .get(format!(
+            "{}?watch=true&resourceVersion=99999999",
+            face.cms()
+        ))
         .send()
         .await
         .expect("request");
     assert_eq!(r.status(), 504);
     let status: serde_json::Value = r.json().await.expect("Status");
     assert_eq!(status["reason"], "Timeout");
-    assert!(status["message"].as_str().is_some_and(|m| m.contains("Too large resource version")));
+    assert!(
+        status["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("Too large resource version"))
+    );
 }
