@@ -584,3 +584,123 @@ fn encode_query(v: &str) -> String {
         })
         .collect()
 }
+
+#[cfg(test)]
+mod tests {
+    use axum::extract::RawQuery;
+    use axum::routing::get;
+    use serde_json::json;
+
+    use super::*;
+
+    fn mk_pod(name: &str, rv: u64, ip: &str) -> serde_json::Value {
+        json!({"apiVersion": "v1", "kind": "Pod",
+               "metadata": {"namespace": "default", "name": name, "resourceVersion": rv.to_string(),
+                            "managedFields": [{"manager": "kubelet"}]},
+               "spec": {"containers": [{"name": "c", "ports": [{"containerPort": 80}]}]},
+               "status": {"podIP": ip}})
+    }
+
+    fn mk_malformed_pod(name: &str, rv: u64) -> serde_json::Value {
+        json!({"apiVersion": "v1", "kind": "Pod",
+               "metadata": {"namespace": "default", "name": name, "resourceVersion": rv.to_string()},
+               "spec": {"containers": "not a list"}})
+    }
+
+    /// A scripted upstream: one LIST page, then a watch stream of `events` that stays open.
+    async fn fake_upstream(list: Vec<serde_json::Value>, events: Vec<serde_json::Value>) -> String {
+        let app = axum::Router::new().route(
+            "/api/v1/pods",
+            get(move |RawQuery(q): RawQuery| {
+                let (list, events) = (list.clone(), events.clone());
+                async move {
+                    if q.as_deref().unwrap_or("").contains("watch=true") {
+                        let mut body = String::new();
+                        for e in events {
+                            body.push_str(&e.to_string());
+                            body.push('\n');
+                        }
+                        let first =
+                            futures::stream::once(async move { Ok::<_, std::io::Error>(body) });
+                        let hold = futures::stream::pending();
+                        axum::body::Body::from_stream(futures::StreamExt::chain(first, hold))
+                    } else {
+                        axum::body::Body::from(
+                            json!({"kind": "PodList", "apiVersion": "v1",
+                                   "metadata": {"resourceVersion": "10"}, "items": list})
+                            .to_string(),
+                        )
+                    }
+                }
+            }),
+        );
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        tokio::spawn(async move { axum::serve(listener, app).await.expect("serve") });
+        format!("http://{addr}")
+    }
+
+    #[tokio::test]
+    async fn malformed_objects_are_skipped_and_counted_keeping_the_last_good_version() {
+        let url = fake_upstream(
+            vec![mk_pod("a", 5, "127.16.0.1"), mk_malformed_pod("bad", 6)],
+            vec![
+                json!({"type": "MODIFIED", "object": mk_malformed_pod("a", 11)}),
+                json!({"type": "ADDED", "object": mk_pod("c", 12, "127.16.0.3")}),
+                json!({"type": "BOOKMARK", "object": {"kind": "Pod", "apiVersion": "v1",
+                                                       "metadata": {"resourceVersion": "20"}}}),
+            ],
+        )
+        .await;
+        let cfg = herald_core::parse_config("jobs:\n- name: pods\n  role: pod\n").expect("valid");
+        let shared = Shared::with_kube_api(
+            crate::serve::job_specs(&cfg, None).expect("valid"),
+            crate::state::KubeApiOptions::default(),
+        );
+        let client = client(kube::Config::new(url.parse().expect("url")), "test").expect("client");
+        let stop = CancellationToken::new();
+        let tasks = spawn(client, shared.clone(), false, stop.clone());
+        let r = shared.cache.id_of(WatchKind::Pod).expect("pods cached");
+        for _ in 0..100 {
+            if shared.cache.resource_version(r) >= 20 {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        assert_eq!(
+            shared.cache.resource_version(r),
+            20,
+            "the bookmark advanced the version"
+        );
+        assert_eq!(
+            shared.job_counts(0).1,
+            2,
+            "a (last good version) and c are targets"
+        );
+        let a = shared
+            .cache
+            .read(r)
+            .get_parts("default", "a")
+            .cloned()
+            .expect("a kept");
+        assert_eq!(a.rv, 5, "a keeps its last good version");
+        assert!(
+            !String::from_utf8_lossy(&a.bytes).contains("managedFields"),
+            "managedFields are dropped"
+        );
+        assert!(shared.cache.read(r).get_parts("default", "bad").is_none());
+        let malformed = shared
+            .metrics
+            .upstream_malformed
+            .get_or_create(&Metrics::kind("pods"))
+            .get();
+        assert_eq!(malformed, 2);
+        assert!(shared.ready());
+        stop.cancel();
+        for t in tasks {
+            t.await.expect("feed stops");
+        }
+    }
+}
