@@ -12,11 +12,11 @@ mod support;
 
 use std::collections::BTreeSet;
 use std::path::PathBuf;
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 use std::time::Duration;
 
 use futures::StreamExt;
-use kube_sim::peers::{self, Labels, VmAgent};
+use kube_sim::peers::{self, Kubectl, Labels, VmAgent};
 use kube_sim::{Kind, Sim, SimConfig};
 use serde_json::Value;
 
@@ -30,67 +30,34 @@ async fn start_sim(seed: u64) -> Sim {
     .expect("kube-sim starts")
 }
 
-struct Kubectl {
+fn kubectl(
     bin: PathBuf,
-    kubeconfig: PathBuf,
+    dir: &std::path::Path,
+    name: &str,
+    url: &str,
+    token: Option<&str>,
+    ca: Option<&str>,
+) -> Kubectl {
+    Kubectl::with_config(bin, dir, name, &support::kubeconfig(url, token, ca))
 }
 
-impl Kubectl {
-    fn new(
-        bin: PathBuf,
-        dir: &std::path::Path,
-        name: &str,
-        url: &str,
-        token: Option<&str>,
-        ca: Option<&str>,
-    ) -> Kubectl {
-        let kubeconfig = dir.join(name);
-        std::fs::write(&kubeconfig, support::kubeconfig(url, token, ca)).expect("kubeconfig");
-        Kubectl { bin, kubeconfig }
-    }
-
-    fn cmd(&self, args: &[&str]) -> Command {
-        let mut c = Command::new(&self.bin);
-        c.arg("--kubeconfig").arg(&self.kubeconfig).args(args);
-        c
-    }
-
-    async fn run(&self, args: &[&str]) -> (bool, String, String) {
-        let mut c = self.cmd(args);
-        let out = tokio::task::spawn_blocking(move || c.output().expect("kubectl runs"))
-            .await
-            .expect("join");
-        (
-            out.status.success(),
-            String::from_utf8_lossy(&out.stdout).into_owned(),
-            String::from_utf8_lossy(&out.stderr).into_owned(),
-        )
-    }
-
-    async fn ok(&self, args: &[&str]) -> String {
-        let (ok, out, err) = self.run(args).await;
-        assert!(ok, "kubectl {args:?} failed:\n{out}\n{err}");
-        out
-    }
-
-    /// `kubectl get pod NAME -w` printing one label per line, until `stop` is called.
-    fn watch_label(&self, ns: &str, pod: &str, label: &str) -> std::process::Child {
-        self.cmd(&[
-            "get",
-            "pod",
-            pod,
-            "-n",
-            ns,
-            "-w",
-            "-o",
-            &format!("jsonpath={{.metadata.labels.{label}}}{{\"\\n\"}}"),
-            "--request-timeout=0",
-        ])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("kubectl get -w")
-    }
+/// `kubectl get pod NAME -w` printing one label per line, until stopped.
+fn watch_label(k: &Kubectl, ns: &str, pod: &str, label: &str) -> std::process::Child {
+    k.cmd(&[
+        "get",
+        "pod",
+        pod,
+        "-n",
+        ns,
+        "-w",
+        "-o",
+        &format!("jsonpath={{.metadata.labels.{label}}}{{\"\\n\"}}"),
+        "--request-timeout=0",
+    ])
+    .stdout(Stdio::piped())
+    .stderr(Stdio::piped())
+    .spawn()
+    .expect("kubectl get -w")
 }
 
 async fn stop(child: std::process::Child) -> (String, String) {
@@ -173,7 +140,7 @@ async fn kubectl_gets_selects_and_watches_through_herald_with_a_bearer_token() {
     herald.ready().await;
     let url = herald.kube_url().expect("face on");
     assert!(url.starts_with("https://"), "{url}");
-    let k = Kubectl::new(
+    let k = kubectl(
         bin.clone(),
         dir.path(),
         "kubeconfig",
@@ -270,7 +237,7 @@ async fn kubectl_gets_selects_and_watches_through_herald_with_a_bearer_token() {
 
     label_pod(&sim, &ns, &pod, "herald-test", "zero");
     tokio::time::sleep(Duration::from_millis(500)).await;
-    let watch = k.watch_label(&ns, &pod, "herald-test");
+    let watch = watch_label(&k, &ns, &pod, "herald-test");
     tokio::time::sleep(Duration::from_millis(1500)).await;
     label_pod(&sim, &ns, &pod, "herald-test", "one");
     tokio::time::sleep(Duration::from_millis(700)).await;
@@ -282,7 +249,7 @@ async fn kubectl_gets_selects_and_watches_through_herald_with_a_bearer_token() {
     let (ok, _, err) = k.run(&["delete", "pod", &pod, "-n", &ns]).await;
     assert!(!ok && err.contains("MethodNotAllowed"), "{err}");
     // A wrong token is refused (kubectl without any credentials would prompt for a password).
-    let wrong = Kubectl::new(
+    let wrong = kubectl(
         bin.clone(),
         dir.path(),
         "wrong",
@@ -319,7 +286,7 @@ async fn kubectl_gets_selects_and_watches_through_herald_with_a_bearer_token() {
         .open(&token_file)
         .and_then(|f| f.set_modified(later))
         .expect("mtime");
-    let k2 = Kubectl::new(
+    let k2 = kubectl(
         bin,
         dir.path(),
         "rotated",
@@ -476,10 +443,10 @@ async fn a_tier_of_heralds_carries_watchers_on_one_upstream_watch_per_kind() {
     let kubectl = match peers::find("kubectl", peers::KUBECTL_INSTALL) {
         Some(bin) => {
             let dir = tempfile::tempdir().expect("tempdir");
-            let k = Kubectl::new(bin, dir.path(), "leaf", &leaf_url, None, None);
+            let k = kubectl(bin, dir.path(), "leaf", &leaf_url, None, None);
             label_pod(&sim, &ns, &pod, "herald-tier", "zero");
             tokio::time::sleep(Duration::from_millis(500)).await;
-            let w = k.watch_label(&ns, &pod, "herald-tier");
+            let w = watch_label(&k, &ns, &pod, "herald-tier");
             tokio::time::sleep(Duration::from_millis(1500)).await;
             Some((dir, w))
         }

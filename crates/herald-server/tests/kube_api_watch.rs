@@ -5,40 +5,24 @@
 mod common;
 #[path = "../../kube-sim/tests/suite/watch.rs"]
 mod suite;
+#[path = "support/kube.rs"]
+mod support;
 
 use std::sync::Arc;
 
-use herald_server::{Herald, KubeApiOptions, KubeServeOptions, ServeOptions};
+use herald_server::KubeApiOptions;
 use kube_sim::Settings;
 use suite::Face;
 
 pub async fn start_face(window: usize, settings: Settings) -> Face {
     let sim = common::start_empty_with(1000, Settings::default()).await;
-    let herald = Herald::start(
-        vec![],
-        kube::Config::new(sim.url().parse().expect("url")),
-        ServeOptions {
-            kube: Some(KubeServeOptions {
-                listen: "127.0.0.1:0".parse().expect("addr"),
-                api: KubeApiOptions {
-                    resources: vec![kube_face::Resource::builtin("configmaps").expect("cm")],
-                    history_window: window,
-                    watch: settings,
-                    ..KubeApiOptions::default()
-                },
-                custom: vec![],
-                token_file: None,
-                insecure: false,
-                tls: None,
-            }),
-            ..ServeOptions::default()
-        },
-    )
-    .await
-    .expect("herald starts");
-    tokio::time::timeout(std::time::Duration::from_secs(10), herald.ready())
-        .await
-        .expect("herald syncs");
+    let api = KubeApiOptions {
+        resources: vec![kube_face::Resource::builtin("configmaps").expect("cm")],
+        history_window: window,
+        watch: settings,
+        ..KubeApiOptions::default()
+    };
+    let herald = support::start_herald(&sim.url(), "jobs: []\n", api, "herald/test").await;
     let read = herald.kube_url().expect("kube face on");
     let shared = herald.shared().clone();
     let compacting: Arc<herald_server::Shared> = shared.clone();

@@ -4,9 +4,11 @@
 
 use std::path::PathBuf;
 
+pub mod kubectl;
 pub mod process;
 pub mod vmagent;
 
+pub use kubectl::Kubectl;
 pub use process::{Peer, free_loopback_port};
 pub use vmagent::VmAgent;
 

@@ -2,44 +2,12 @@
 
 mod common;
 
-use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::path::Path;
+use std::process::Stdio;
 use std::time::Duration;
 
 use common::*;
-use kube_sim::peers;
-
-struct Kubectl {
-    bin: PathBuf,
-    kubeconfig: PathBuf,
-}
-
-impl Kubectl {
-    fn cmd(&self, args: &[&str]) -> Command {
-        let mut c = Command::new(&self.bin);
-        c.arg("--kubeconfig").arg(&self.kubeconfig).args(args);
-        c
-    }
-
-    /// Runs kubectl off the async runtime; returns (success, stdout, stderr).
-    async fn run(&self, args: &[&str]) -> (bool, String, String) {
-        let mut c = self.cmd(args);
-        let out = tokio::task::spawn_blocking(move || c.output().expect("kubectl runs"))
-            .await
-            .expect("join");
-        (
-            out.status.success(),
-            String::from_utf8_lossy(&out.stdout).into_owned(),
-            String::from_utf8_lossy(&out.stderr).into_owned(),
-        )
-    }
-
-    async fn ok(&self, args: &[&str]) -> String {
-        let (ok, out, err) = self.run(args).await;
-        assert!(ok, "kubectl {args:?} failed:\n{out}\n{err}");
-        out
-    }
-}
+use kube_sim::peers::{self, Kubectl};
 
 fn write(dir: &Path, name: &str, text: &str) -> String {
     let p = dir.join(name);
@@ -59,9 +27,7 @@ async fn kubectl_gets_lists_watches_creates_replaces_and_deletes() {
     )
     .await;
     let dir = tempfile::tempdir().expect("tempdir");
-    let kubeconfig = dir.path().join("kubeconfig");
-    std::fs::write(&kubeconfig, sim.kubeconfig_yaml()).expect("kubeconfig");
-    let k = Kubectl { bin, kubeconfig };
+    let k = Kubectl::with_config(bin, dir.path(), "kubeconfig", &sim.kubeconfig_yaml());
 
     // get and list, cluster-wide and per namespace, built-in and custom kinds
     let ns = k.ok(&["get", "namespaces"]).await;

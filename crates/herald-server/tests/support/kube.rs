@@ -67,6 +67,14 @@ pub async fn start_herald(
     herald
 }
 
+/// herald's `/metrics` text.
+pub fn metrics_text(herald: &Herald) -> String {
+    let mut out = String::new();
+    prometheus_client::encoding::text::encode(&mut out, herald.shared().registry())
+        .expect("encode");
+    out
+}
+
 /// A kube-rs client for a face at `url`.
 pub fn client_for(url: &str) -> kube::Client {
     kube::Client::try_from(kube::Config::new(url.parse().expect("url"))).expect("client")
