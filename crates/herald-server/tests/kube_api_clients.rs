@@ -382,3 +382,111 @@ async fn herald_refuses_to_serve_the_api_off_loopback_without_tokens_and_names_w
         "{msg}"
     );
 }
+
+#[tokio::test]
+async fn custom_resources_are_resolved_from_upstream_discovery_and_served_raw() {
+    let sim = Sim::start(SimConfig {
+        spec: support::loopback_cluster(),
+        seed: 8,
+        ..SimConfig::default()
+    })
+    .await
+    .expect("kube-sim starts");
+    let start = |custom: Vec<(String, String, String)>| {
+        let url = sim.url();
+        async move {
+            herald_server::Herald::start(
+                vec![],
+                kube::Config::new(url.parse().expect("url")),
+                herald_server::ServeOptions {
+                    kube: Some(herald_server::KubeServeOptions {
+                        listen: "127.0.0.1:0".parse().expect("addr"),
+                        api: support::kube_options(&[]),
+                        custom,
+                        token_file: None,
+                        insecure: false,
+                        tls: None,
+                    }),
+                    ..herald_server::ServeOptions::default()
+                },
+            )
+            .await
+        }
+    };
+    let unknown = start(vec![("example.com".into(), "v1".into(), "widgets".into())])
+        .await
+        .expect_err("no such resource upstream");
+    assert!(
+        unknown.to_string().contains("widgets") && unknown.to_string().contains("example.com/v1"),
+        "{unknown}"
+    );
+
+    let herald = start(vec![(
+        "monitoring.coreos.com".into(),
+        "v1".into(),
+        "servicemonitors".into(),
+    )])
+    .await
+    .expect("herald starts");
+    herald.ready().await;
+    let base = herald.kube_url().expect("face on");
+    let http = reqwest::Client::new();
+    // Discovery names the custom kind with its scope, as read from the upstream.
+    let doc: Value = http
+        .get(format!("{base}/apis/monitoring.coreos.com/v1"))
+        .send()
+        .await
+        .expect("discovery")
+        .json()
+        .await
+        .expect("json");
+    assert_eq!(doc["resources"][0]["kind"], "ServiceMonitor");
+    assert_eq!(doc["resources"][0]["namespaced"], true);
+    assert_eq!(
+        doc["resources"][0]["verbs"],
+        serde_json::json!(["get", "list", "watch"])
+    );
+    // Objects pass through as kube-sim serves them; a protobuf client gets JSON, labelled as JSON.
+    let r = http
+        .get(format!(
+            "{base}/apis/monitoring.coreos.com/v1/servicemonitors"
+        ))
+        .header(
+            "accept",
+            "application/vnd.kubernetes.protobuf,application/json",
+        )
+        .send()
+        .await
+        .expect("list");
+    assert_eq!(r.headers()["content-type"], "application/json");
+    let list: Value = r.json().await.expect("json");
+    let want = sim.handle().objects_json(Kind::ServiceMonitor);
+    assert!(!want.is_empty());
+    let items = list["items"].as_array().expect("items");
+    assert_eq!(items.len(), want.len());
+    let mut got: Vec<&Value> = items.iter().collect();
+    let mut want: Vec<&Value> = want.iter().collect();
+    let key = |v: &&Value| {
+        (
+            v["metadata"]["namespace"].to_string(),
+            v["metadata"]["name"].to_string(),
+        )
+    };
+    got.sort_by_key(key);
+    want.sort_by_key(key);
+    assert_eq!(got, want, "served unchanged");
+    // Read-only.
+    let r = http
+        .delete(format!(
+            "{base}/apis/monitoring.coreos.com/v1/namespaces/default/servicemonitors/x"
+        ))
+        .send()
+        .await
+        .expect("delete");
+    assert_eq!(r.status(), 405);
+    let status: Value = r.json().await.expect("Status");
+    assert_eq!(
+        (status["kind"].as_str(), status["reason"].as_str()),
+        (Some("Status"), Some("MethodNotAllowed"))
+    );
+}

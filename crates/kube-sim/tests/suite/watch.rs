@@ -401,6 +401,11 @@ async fn a_watch_from_a_future_resource_version_times_out_with_504() {
         .await
         .expect("request");
     assert_eq!(r.status(), 504);
+    assert_eq!(
+        r.headers().get("retry-after").and_then(|v| v.to_str().ok()),
+        Some("1"),
+        "504 says when to retry"
+    );
     let status: serde_json::Value = r.json().await.expect("Status");
     assert_eq!(status["reason"], "Timeout");
     assert!(
