@@ -484,13 +484,17 @@ impl Cluster {
         }))
     }
 
-    /// Whether `filter` admits the stored object; decodes it only for field selectors.
+    /// Whether `filter` admits the stored object. Field selectors read the fields the cache indexed
+    /// when the object arrived; only a field it does not index costs a decode.
     pub fn admits(&self, filter: &JobFilter, kind: WatchKind, key: &ObjectKey) -> bool {
         let Some(stored) = self.get(kind, key) else {
             return false;
         };
         filter.admits_parts(kind, &key.namespace, stored.labels(), |field| {
-            self.object(kind, key).and_then(|o| o.field(field))
+            stored
+                .entry
+                .field(field)
+                .or_else(|| self.object(kind, key).and_then(|o| o.field(field)))
         })
     }
 

@@ -167,18 +167,25 @@ async fn through_faults_herald_converges_and_never_serves_an_empty_or_partial_sn
     // Poll every job continuously while faults run; the cluster only grows meanwhile.
     let stop = Arc::new(AtomicBool::new(false));
     let saw_stale = Arc::new(AtomicBool::new(false));
+    // Which fault is under way; the poller counts the rounds it completes in each.
+    let phase = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    const PHASES: usize = 4;
+    let done: Arc<[std::sync::atomic::AtomicUsize; PHASES]> = Arc::new(Default::default());
     let poller = {
-        let (herald, stop, saw_stale, floor) = (
+        let (herald, stop, saw_stale, floor, phase, done) = (
             herald.clone(),
             stop.clone(),
             saw_stale.clone(),
             floor.clone(),
+            phase.clone(),
+            done.clone(),
         );
         let names: Vec<String> = specs.iter().map(|s| s.name.clone()).collect();
         tokio::spawn(async move {
             let client = reqwest::Client::new();
-            let mut polls = 0usize;
+            let mut rounds = [0usize; PHASES];
             while !stop.load(Ordering::Relaxed) {
+                let during = phase.load(Ordering::Relaxed);
                 for name in &names {
                     let (status, body, stale) = fetch(&client, &herald, name).await;
                     assert_eq!(status, 200, "job {name} answered {status} during faults");
@@ -191,18 +198,39 @@ async fn through_faults_herald_converges_and_never_serves_an_empty_or_partial_sn
                     if stale {
                         saw_stale.store(true, Ordering::Relaxed);
                     }
-                    polls += 1;
+                }
+                // A round counts for a fault only when it ran wholly inside it.
+                if phase.load(Ordering::Relaxed) == during {
+                    rounds[during] += 1;
+                    done[during].fetch_add(1, Ordering::Relaxed);
                 }
                 tokio::time::sleep(Duration::from_millis(10)).await;
             }
-            polls
+            rounds
         })
+    };
+    // Moves to the next fault once the poller has completed a round during the current one.
+    let next_phase = |phase: Arc<std::sync::atomic::AtomicUsize>| {
+        let done = done.clone();
+        async move {
+            let now = phase.load(Ordering::Relaxed);
+            for _ in 0..600 {
+                if done[now].load(Ordering::Relaxed) > 0 {
+                    phase.fetch_add(1, Ordering::Relaxed);
+                    return;
+                }
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            panic!("the poller completed no round during phase {now}");
+        }
     };
 
     let sim_h = sim.handle();
     let relists_before = relists(&herald);
+    next_phase(phase.clone()).await;
     sim_h.fault(Fault::CloseWatches).expect("fault");
     tokio::time::sleep(Duration::from_millis(500)).await;
+    next_phase(phase.clone()).await;
     // A restart; while it is down the cluster grows and history is compacted, so herald's resumed
     // watches get 410 Expired and it must relist.
     sim_h
@@ -219,6 +247,7 @@ async fn through_faults_herald_converges_and_never_serves_an_empty_or_partial_sn
     );
     sim_h.fault(Fault::Compact).expect("fault");
     tokio::time::sleep(Duration::from_secs(3)).await;
+    next_phase(phase.clone()).await;
     sim_h
         .fault(Fault::Errors {
             code: 429,
@@ -228,13 +257,23 @@ async fn through_faults_herald_converges_and_never_serves_an_empty_or_partial_sn
         .expect("fault");
     sim_h.fault(Fault::CloseWatches).expect("fault");
     tokio::time::sleep(Duration::from_secs(2)).await;
+    // The last fault lasts until the poller has gone round once inside it.
+    for _ in 0..600 {
+        if done[PHASES - 1].load(Ordering::Relaxed) > 0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
     sim_h.fault(Fault::Clear).expect("fault");
 
     stop.store(true, Ordering::Relaxed);
-    let polls = poller
+    let rounds = poller
         .await
         .expect("no empty or partial snapshot was served");
-    assert!(polls > 50, "the poller ran throughout ({polls} polls)");
+    assert!(
+        rounds.iter().all(|r| *r > 0),
+        "the poller completed rounds before and during every fault: {rounds:?}"
+    );
     assert!(
         saw_stale.load(Ordering::Relaxed),
         "the outage was flagged with X-Herald-Stale"
