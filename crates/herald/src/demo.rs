@@ -1,12 +1,15 @@
 //! `herald demo`: kube-sim in-process (preset `small`, churning, every pod and node address on
-//! loopback) and herald against it over loopback HTTP; prints the SD URLs, a Prometheus
-//! `scrape_configs` snippet and a live one-line summary.
+//! loopback) and herald against it over loopback HTTP, with its Kubernetes API face on a free loopback
+//! port; prints the SD URLs, a Prometheus `scrape_configs` snippet, a kubeconfig for kubectl against
+//! herald, and a live one-line summary.
 
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use anyhow::Context as _;
-use herald_server::{Herald, ServeOptions, USER_AGENT, job_specs};
+use herald_server::{
+    Herald, KubeApiOptions, KubeServeOptions, ServeOptions, USER_AGENT, job_specs, kube_kinds,
+};
 use kube_sim::generate::ClusterSpec;
 use kube_sim::{Sim, SimConfig};
 
@@ -64,6 +67,17 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
         ServeOptions {
             listen: args.listen,
             user_agent: USER_AGENT.to_string(),
+            kube: Some(KubeServeOptions {
+                listen: std::net::SocketAddr::from(([127, 0, 0, 1], 0)),
+                api: KubeApiOptions {
+                    resources: kube_kinds(&[])?.0,
+                    ..KubeApiOptions::default()
+                },
+                custom: vec![],
+                token_file: None,
+                insecure: false,
+                tls: None,
+            }),
             ..ServeOptions::default()
         },
     )
@@ -120,6 +134,29 @@ fn print_intro(sim: &Sim, herald: &Herald, config: &herald_core::Config) {
         "Try: curl -s {base}/sd/v1 ; curl -s '{base}/sd/v1/pods?shard=0&shards=2' | head -c 400"
     );
     println!();
+    if let Some(kube) = herald.kube_url() {
+        println!("herald's Kubernetes API (list/watch from its cache): {kube}");
+        match write_kubeconfig(&kube) {
+            Ok(path) => println!(
+                "Try: kubectl --kubeconfig {} get pods -A -w    (kube-sim serves herald one watch per kind)",
+                path.display()
+            ),
+            Err(e) => println!("(could not write a kubeconfig: {e})"),
+        }
+        println!();
+    }
+}
+
+/// A kubeconfig for herald's Kubernetes API in the temp directory.
+fn write_kubeconfig(server: &str) -> std::io::Result<std::path::PathBuf> {
+    let path = std::env::temp_dir().join(format!("herald-demo-{}.kubeconfig", std::process::id()));
+    std::fs::write(
+        &path,
+        format!(
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: herald\n  cluster:\n    server: {server}\ncontexts:\n- name: herald\n  context:\n    cluster: herald\n    user: demo\ncurrent-context: herald\nusers:\n- name: demo\n  user: {{}}\n"
+        ),
+    )?;
+    Ok(path)
 }
 
 /// `objects=… targets=… consumers-served=… upstream-watches=…`: upstream watches as kube-sim's meter
@@ -135,9 +172,22 @@ fn summary_line(sim: &Sim, herald: &Herald) -> String {
     let watches = stats["by_user_agent"][USER_AGENT]["watches_open"]
         .as_u64()
         .map_or_else(|| "?".to_string(), |n| n.to_string());
-    let kinds = shared.needed_kinds().count();
+    let kinds = shared.cache.ids().count();
+    let api_watchers: i64 = shared
+        .cache
+        .ids()
+        .map(|r| {
+            shared
+                .metrics
+                .kube_watches_open
+                .get_or_create(&herald_server::metrics::Metrics::kind(
+                    &shared.cache.get(r).resource.plural,
+                ))
+                .get()
+        })
+        .sum();
     format!(
-        "objects={objects} targets={targets} consumers-served={served} upstream-watches={watches} (kinds={kinds}) rv={}",
+        "objects={objects} targets={targets} consumers-served={served} api-watchers={api_watchers} upstream-watches={watches} (kinds={kinds}) rv={}",
         stats["resource_version"]
     )
 }

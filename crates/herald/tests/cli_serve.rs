@@ -179,6 +179,26 @@ fn demo_prints_working_sd_urls_whose_targets_are_all_loopback() {
     }
     assert_eq!(urls.len(), 4, "{urls:?}");
     wait_for_line(&mut out, "scrape_configs:");
+    let api = wait_for_line(&mut out, "herald's Kubernetes API");
+    let api = api
+        .rsplit(' ')
+        .next()
+        .expect("an URL ends the line")
+        .trim()
+        .to_string();
+    let kubeconfig = wait_for_line(&mut out, "Try: kubectl --kubeconfig");
+    let path = kubeconfig
+        .split_whitespace()
+        .nth(3)
+        .expect("a kubeconfig path");
+    assert!(
+        std::fs::read_to_string(path).is_ok_and(|k| k.contains(&api)),
+        "the kubeconfig points at herald: {path}"
+    );
+    let (status, body) = http_get(&format!("{api}/api/v1/pods"));
+    assert_eq!(status, 200, "herald's Kubernetes API lists pods");
+    let list: serde_json::Value = serde_json::from_str(&body).expect("a PodList");
+    assert!(!list["items"].as_array().expect("items").is_empty());
     for url in &urls {
         let (status, body) = http_get(url);
         assert_eq!(status, 200, "{url}");
@@ -200,7 +220,7 @@ fn demo_prints_working_sd_urls_whose_targets_are_all_loopback() {
         }
     };
     assert!(
-        summary.contains("upstream-watches=5 (kinds=5)"),
+        summary.contains("upstream-watches=6 (kinds=6)"),
         "{summary}"
     );
 }
