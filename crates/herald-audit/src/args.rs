@@ -6,7 +6,7 @@ use crate::finding::Severity;
 use crate::rules::DEFAULT_CHURN_PER_SECOND;
 
 /// `herald audit (--kubeconfig PATH | --from FILE...) [--output table|json] [--fix DIR]
-/// [--fail-on info|warning|critical]`.
+/// [--rule CODE]... [--namespace NAME]... [--all] [--fail-on info|warning|critical]`.
 #[derive(Debug, Clone, clap::Args)]
 pub struct AuditArgs {
     /// Audit a live cluster, read-only, through this kubeconfig.
@@ -27,9 +27,19 @@ pub struct AuditArgs {
     /// Report format.
     #[arg(long, value_enum, default_value_t = OutputFormat::Table)]
     pub output: OutputFormat,
-    /// Write one YAML file per fix into this directory.
+    /// Write the fixes into this directory: one YAML file per rule and namespace, and an index
+    /// (README.md, index.json) saying what each file does and in which order to apply them.
     #[arg(long, value_name = "DIR")]
     pub fix: Option<PathBuf>,
+    /// Only the findings of this rule (code such as HA004, or slug), printed in full. Repeatable.
+    #[arg(long = "rule", value_name = "CODE")]
+    pub rules: Vec<String>,
+    /// Only the findings about objects in this namespace, printed in full. Repeatable.
+    #[arg(long = "namespace", value_name = "NAME")]
+    pub namespaces: Vec<String>,
+    /// Print every finding in full rather than one block per rule.
+    #[arg(long)]
+    pub all: bool,
     /// Exit 1 when a finding is at least this severe. Default critical: warnings and infos are
     /// advice, a critical finding means targets are missing now.
     #[arg(long, value_enum, default_value_t = Severity::Critical)]
@@ -54,6 +64,9 @@ impl AuditArgs {
             from: paths,
             output: OutputFormat::Table,
             fix: None,
+            rules: Vec::new(),
+            namespaces: Vec::new(),
+            all: false,
             fail_on: Severity::Critical,
             churn_per_second: DEFAULT_CHURN_PER_SECOND,
         }
@@ -66,5 +79,35 @@ impl AuditArgs {
             from: Vec::new(),
             ..AuditArgs::from_files(Vec::new())
         }
+    }
+}
+
+impl AuditArgs {
+    /// The command line that reads the same input, for the table's "see the rest" hints.
+    pub fn input_command(&self) -> String {
+        let quote = |p: &std::path::Path| {
+            let s = p.display().to_string();
+            if s.chars()
+                .all(|c| c.is_ascii_alphanumeric() || "/._-+=:,@".contains(c))
+            {
+                s
+            } else {
+                format!("'{}'", s.replace('\'', "'\\''"))
+            }
+        };
+        let mut cmd = String::from("herald audit");
+        if let Some(kc) = &self.kubeconfig {
+            cmd.push_str(&format!(" --kubeconfig {}", quote(kc)));
+            if let Some(ctx) = &self.context {
+                cmd.push_str(&format!(" --context {ctx}"));
+            }
+        } else {
+            cmd.push_str(" --from");
+            for p in &self.from {
+                cmd.push(' ');
+                cmd.push_str(&quote(p));
+            }
+        }
+        cmd
     }
 }

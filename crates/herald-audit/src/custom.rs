@@ -6,16 +6,18 @@
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use serde::Deserialize;
 use serde_json::Value;
+
+use crate::objects::Meta;
 
 /// A custom resource: its metadata, the decoded spec, and the object as read (fix manifests start
 /// from it so that fields the audit does not know survive a replace).
 #[derive(Debug, Clone)]
 pub struct Custom<S> {
-    pub metadata: ObjectMeta,
+    pub metadata: Meta,
     pub spec: S,
     pub raw: Value,
 }

@@ -39,6 +39,10 @@ pub enum AuditError {
     },
     #[error("cannot encode fix manifest {object}: {message}")]
     EncodeFix { object: String, message: String },
+    #[error("--rule {given}: no such rule; the rules are {known}")]
+    UnknownRule { given: String, known: String },
+    #[error("cannot write the fix index {path}: {message}")]
+    WriteIndex { path: PathBuf, message: String },
     #[error("cannot write the report: {0}")]
     Output(#[source] std::io::Error),
 }

@@ -3,13 +3,13 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use k8s_openapi::api::core::v1::{Pod, Service, ServicePort};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
 use crate::custom::ServiceMonitor;
 use crate::inventory::{Cluster, Item, ns_name};
 use crate::istio::Istio;
 use crate::kind::Kind;
+use crate::objects::{Pod, Service, ServicePort};
 use crate::selector;
 
 /// Facts the rules share.
@@ -21,6 +21,10 @@ pub struct Facts<'c> {
     pub istio: Option<Istio>,
     /// `(namespace, service) -> backends`, see [`Facts::backends`].
     backends: BTreeMap<(String, String), usize>,
+    /// `(namespace, service) -> index` into `monitored`.
+    monitored_index: BTreeMap<(&'c str, &'c str), usize>,
+    /// `(namespace, name) -> index` into the inventory's Services.
+    services: BTreeMap<(&'c str, &'c str), usize>,
 }
 
 /// A Service that ServiceMonitors select.
@@ -48,12 +52,32 @@ pub enum ServiceClass {
 
 impl<'c> Facts<'c> {
     pub fn new(cluster: &'c Cluster) -> Facts<'c> {
+        let monitored = monitored_services(cluster);
+        // The first of duplicates wins, as a search in input order would find it.
+        let mut monitored_index = BTreeMap::new();
+        for (i, m) in monitored.iter().enumerate() {
+            monitored_index
+                .entry(ns_name(&m.service.metadata))
+                .or_insert(i);
+        }
+        let mut services = BTreeMap::new();
+        for (i, s) in cluster.services.iter().enumerate() {
+            services.entry(ns_name(&s.metadata)).or_insert(i);
+        }
         Facts {
             cluster,
-            monitored: monitored_services(cluster),
+            monitored,
             istio: Istio::detect(cluster),
             backends: backend_index(cluster),
+            monitored_index,
+            services,
         }
+    }
+
+    /// The Service `namespace/name`, if the input has it.
+    pub fn service(&self, namespace: &str, name: &str) -> Option<&'c Item<Service>> {
+        let i = *self.services.get(&(namespace, name))?;
+        Some(&self.cluster.services[i])
     }
 
     /// The real number of backends of a Service and where the number comes from: its EndpointSlices
@@ -74,9 +98,8 @@ impl<'c> Facts<'c> {
 
     /// The monitored entry for a Service, if ServiceMonitors select it.
     pub fn monitored(&self, namespace: &str, name: &str) -> Option<&Monitored<'c>> {
-        self.monitored
-            .iter()
-            .find(|m| ns_name(&m.service.metadata) == (namespace, name))
+        let i = *self.monitored_index.get(&(namespace, name))?;
+        Some(&self.monitored[i])
     }
 }
 

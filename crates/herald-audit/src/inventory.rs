@@ -1,19 +1,21 @@
-//! The cluster inventory the rules read: objects of the known kinds, decoded, with their wire sizes;
-//! which kinds the input covered; and how many objects of unknown kinds were skipped.
+//! The cluster inventory the rules read: objects of the known kinds in their compact form
+//! ([`crate::objects`]), with their wire sizes; which kinds the input covered; and how many
+//! objects of unknown kinds were skipped. Objects arrive one at a time as compact JSON (the loader
+//! and the live lister stream them), so the inventory never holds a document.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::ops::Deref;
 
-use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::core::v1::{ConfigMap, Endpoints, Namespace, Node, Pod, Service};
-use k8s_openapi::api::discovery::v1::EndpointSlice;
-use k8s_openapi::api::networking::v1::Ingress;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use serde::Deserialize;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
 use crate::custom::{Custom, PeerAuthentication, PodMonitor, Prometheus, ServiceMonitor};
 use crate::kind::Kind;
+use crate::objects::{
+    ConfigMap, Deployment, EndpointSlice, Endpoints, Identity, Ingress, Meta, Namespace, Node, Pod,
+    Service,
+};
 
 /// One object and the size of its JSON encoding, which is what a watch event carrying it costs.
 #[derive(Debug, Clone)]
@@ -58,39 +60,107 @@ pub struct Rejected {
     pub reason: String,
 }
 
+/// The `kind` and `apiVersion` a typed list (`PodList`) lends its items, which carry neither.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ListType {
+    pub kind: String,
+    pub api_version: String,
+}
+
+/// What identifies an object, read before the rest of it.
+#[derive(Deserialize)]
+struct Head {
+    #[serde(rename = "apiVersion")]
+    api_version: Option<Value>,
+    kind: Option<Value>,
+    #[serde(default)]
+    metadata: HeadMeta,
+}
+
+#[derive(Default, Deserialize)]
+struct HeadMeta {
+    name: Option<Value>,
+    namespace: Option<Value>,
+}
+
+/// The ConfigMaps whose data a rule reads: kube-proxy's configuration and Istio's mesh config.
+fn config_map_read(name: &str) -> bool {
+    name == "kube-proxy" || name == "istio"
+}
+
 impl Cluster {
     /// Adds one object (never a List: the loader flattens those). Objects of unknown kinds are
     /// counted under `apiVersion/kind` and otherwise ignored.
     pub fn add(&mut self, value: Value) -> Result<(), Rejected> {
-        let Some(map) = value.as_object() else {
+        let json = serde_json::to_vec(&value).expect("a serde_json::Value always encodes");
+        self.add_json(&json, None)
+    }
+
+    /// Adds one object given as compact JSON. `lend` fills in `kind` and `apiVersion` where the
+    /// object lacks them (items of typed lists), and its wire size counts them, as an event
+    /// carrying the object would.
+    pub fn add_json(&mut self, json: &[u8], lend: Option<&ListType>) -> Result<(), Rejected> {
+        self.add_or_defer(json, lend, false).map(|_| ())
+    }
+
+    /// [`Cluster::add_json`], except that with `defer_untyped` an object lacking `kind` or
+    /// `apiVersion` is left out and `Ok(false)` returned: the caller has not read the list's own
+    /// kind yet.
+    pub(crate) fn add_or_defer(
+        &mut self,
+        json: &[u8],
+        lend: Option<&ListType>,
+        defer_untyped: bool,
+    ) -> Result<bool, Rejected> {
+        if json.first() != Some(&b'{') {
             return Err(Rejected {
                 object: None,
                 reason: "not a JSON object".into(),
             });
+        }
+        let head: Head = serde_json::from_slice(json).map_err(|e| Rejected {
+            object: None,
+            reason: decode_reason(json, &e),
+        })?;
+        if defer_untyped && (head.api_version.is_none() || head.kind.is_none()) {
+            return Ok(false);
+        }
+        let text = |v: &Option<Value>| v.as_ref().and_then(Value::as_str).map(str::to_owned);
+        let mut wire_bytes = json.len();
+        let mut filled = Vec::new();
+        let mut field = |own: Option<String>, key: &str, lent: Option<&str>| match (own, lent) {
+            (Some(v), _) => Some(v),
+            (None, Some(v)) if head_is_missing(&head, key) => {
+                // `,"key":"value"` (no comma in an empty object).
+                let comma = usize::from(json.len() > 2 || !filled.is_empty());
+                wire_bytes += comma + json_len(key) + 1 + json_len(v);
+                filled.push((key.to_string(), v.to_string()));
+                Some(v.to_string())
+            }
+            _ => None,
         };
-        let field = |name: &str| map.get(name).and_then(Value::as_str);
-        let (Some(api_version), Some(kind_name)) = (field("apiVersion"), field("kind")) else {
+        let api_version = field(
+            text(&head.api_version),
+            "apiVersion",
+            lend.map(|l| l.api_version.as_str()),
+        );
+        let kind_name = field(text(&head.kind), "kind", lend.map(|l| l.kind.as_str()));
+        let (Some(api_version), Some(kind_name)) = (api_version, kind_name) else {
             return Err(Rejected {
                 object: None,
                 reason: "apiVersion and kind must be strings".into(),
             });
         };
-        let Some(kind) = Kind::identify(api_version, kind_name) else {
+        let Some(kind) = Kind::identify(&api_version, &kind_name) else {
             *self
                 .unknown
                 .entry(format!("{api_version}/{kind_name}"))
                 .or_default() += 1;
-            return Ok(());
+            return Ok(true);
         };
-        let meta = map.get("metadata");
-        let name = meta
-            .and_then(|m| m.get("name"))
-            .and_then(Value::as_str)
-            .filter(|n| !n.is_empty());
-        let namespace = meta
-            .and_then(|m| m.get("namespace"))
-            .and_then(Value::as_str);
-        let label = match (name, namespace) {
+        let name = text(&head.metadata.name).filter(|n| !n.is_empty());
+        let namespace = text(&head.metadata.namespace);
+        let label = match (&name, &namespace) {
             (Some(n), Some(ns)) => Some(format!("{kind} {ns}/{n}")),
             (Some(n), None) => Some(format!("{kind} {n}")),
             _ => None,
@@ -99,35 +169,61 @@ impl Cluster {
             object: label.clone(),
             reason,
         };
-        if name.is_none() {
+        let Some(name) = name else {
             return Err(reject("metadata.name is missing".into()));
-        }
-        if kind.namespaced() && namespace.is_none_or(str::is_empty) {
+        };
+        if kind.namespaced() && namespace.as_deref().is_none_or(str::is_empty) {
             return Err(reject("metadata.namespace is missing".into()));
         }
-        let wire_bytes = serde_json::to_vec(&value)
-            .expect("a serde_json::Value always encodes")
-            .len();
         self.checked.insert(kind);
+        let w = wire_bytes;
         match kind {
-            Kind::Namespace => push(&mut self.namespaces, value, wire_bytes),
-            Kind::Node => push(&mut self.nodes, value, wire_bytes),
-            Kind::Pod => push(&mut self.pods, value, wire_bytes),
-            Kind::Service => push(&mut self.services, value, wire_bytes),
-            Kind::Endpoints => push(&mut self.endpoints, value, wire_bytes),
-            Kind::EndpointSlice => push(&mut self.endpoint_slices, value, wire_bytes),
-            Kind::ConfigMap => push(&mut self.config_maps, value, wire_bytes),
-            Kind::Deployment => push(&mut self.deployments, value, wire_bytes),
-            Kind::Ingress => push(&mut self.ingresses, value, wire_bytes),
-            Kind::ServiceMonitor => push_custom(&mut self.service_monitors, value, wire_bytes),
-            Kind::PodMonitor => push_custom(&mut self.pod_monitors, value, wire_bytes),
-            Kind::Prometheus => push_custom(&mut self.prometheuses, value, wire_bytes),
-            Kind::PrometheusAgent => push_custom(&mut self.prometheus_agents, value, wire_bytes),
-            Kind::PeerAuthentication => {
-                push_custom(&mut self.peer_authentications, value, wire_bytes)
+            Kind::Namespace => self.namespaces.push(decode(json, w).map_err(reject)?),
+            Kind::Node => self.nodes.push(decode(json, w).map_err(reject)?),
+            Kind::Pod => self.pods.push(decode(json, w).map_err(reject)?),
+            Kind::Service => {
+                let mut item: Item<Service> = decode(json, w).map_err(reject)?;
+                item.obj.raw = utf8(json).into();
+                self.services.push(item);
             }
+            Kind::Endpoints => self.endpoints.push(decode(json, w).map_err(reject)?),
+            Kind::EndpointSlice => self.endpoint_slices.push(decode(json, w).map_err(reject)?),
+            Kind::ConfigMap => {
+                let item = if config_map_read(&name) {
+                    let mut item: Item<ConfigMap> = decode(json, w).map_err(reject)?;
+                    item.obj.raw = utf8(json).into();
+                    item
+                } else {
+                    let id: Item<Identity> = decode(json, w).map_err(reject)?;
+                    Item {
+                        obj: ConfigMap {
+                            metadata: id.obj.metadata,
+                            ..ConfigMap::default()
+                        },
+                        wire_bytes: w,
+                    }
+                };
+                self.config_maps.push(item);
+            }
+            Kind::Deployment => self.deployments.push(decode(json, w).map_err(reject)?),
+            Kind::Ingress => self.ingresses.push(decode(json, w).map_err(reject)?),
+            Kind::ServiceMonitor => self
+                .service_monitors
+                .push(custom(json, w, &filled).map_err(reject)?),
+            Kind::PodMonitor => self
+                .pod_monitors
+                .push(custom(json, w, &filled).map_err(reject)?),
+            Kind::Prometheus => self
+                .prometheuses
+                .push(custom(json, w, &filled).map_err(reject)?),
+            Kind::PrometheusAgent => self
+                .prometheus_agents
+                .push(custom(json, w, &filled).map_err(reject)?),
+            Kind::PeerAuthentication => self
+                .peer_authentications
+                .push(custom(json, w, &filled).map_err(reject)?),
         }
-        .map_err(reject)
+        Ok(true)
     }
 
     /// Records that the input covered `kind` even if it held no object of it (live mode lists every
@@ -186,12 +282,6 @@ impl Cluster {
             .find(|n| n.metadata.name.as_deref() == Some(name))
     }
 
-    pub fn service(&self, namespace: &str, name: &str) -> Option<&Item<Service>> {
-        self.services
-            .iter()
-            .find(|s| ns_name(&s.metadata) == (namespace, name))
-    }
-
     /// Prometheus and PrometheusAgent objects, with a flag telling which.
     pub fn all_prometheuses(&self) -> impl Iterator<Item = (&Item<Prometheus>, bool)> {
         self.prometheuses
@@ -202,43 +292,100 @@ impl Cluster {
 }
 
 /// `(namespace, name)` of an object, empty strings when unset.
-pub fn ns_name(meta: &ObjectMeta) -> (&str, &str) {
+pub fn ns_name(meta: &Meta) -> (&str, &str) {
     (
         meta.namespace.as_deref().unwrap_or_default(),
         meta.name.as_deref().unwrap_or_default(),
     )
 }
 
-fn push<T: DeserializeOwned>(
-    into: &mut Vec<Item<T>>,
-    value: Value,
-    wire_bytes: usize,
-) -> Result<(), String> {
-    let obj = serde_json::from_value(value).map_err(|e| e.to_string())?;
-    into.push(Item { obj, wire_bytes });
-    Ok(())
+fn head_is_missing(head: &Head, key: &str) -> bool {
+    match key {
+        "apiVersion" => head.api_version.is_none(),
+        _ => head.kind.is_none(),
+    }
 }
 
-fn push_custom<S: DeserializeOwned + Default>(
-    into: &mut Vec<Item<Custom<S>>>,
-    value: Value,
+/// The length of `s` encoded as a JSON string.
+fn json_len(s: &str) -> usize {
+    serde_json::to_string(s)
+        .expect("a string always encodes")
+        .len()
+}
+
+fn utf8(json: &[u8]) -> &str {
+    // The loader produces the bytes with serde_json's serializer: always UTF-8.
+    std::str::from_utf8(json).expect("compact JSON from serde_json is UTF-8")
+}
+
+fn decode<T: DeserializeOwned>(json: &[u8], wire_bytes: usize) -> Result<Item<T>, String> {
+    match serde_json::from_slice(json) {
+        Ok(obj) => Ok(Item { obj, wire_bytes }),
+        Err(e) => Err(decode_error::<T>(json, &e)),
+    }
+}
+
+/// The reason an object did not decode as `T`, naming the field at fault (`spec.ports: invalid
+/// type...`). The slow path-tracking decoder runs only once decoding has failed.
+fn decode_error<T: DeserializeOwned>(json: &[u8], first: &serde_json::Error) -> String {
+    let mut de = serde_json::Deserializer::from_slice(json);
+    match serde_path_to_error::deserialize::<_, T>(&mut de) {
+        Err(e) if !e.path().to_string().is_empty() && e.path().to_string() != "." => {
+            format!("{}: {}", e.path(), without_position(&e.inner().to_string()))
+        }
+        _ => decode_reason(json, first),
+    }
+}
+
+fn decode_reason(_json: &[u8], e: &serde_json::Error) -> String {
+    without_position(&e.to_string()).to_string()
+}
+
+/// serde_json appends ` at line L column C`; in a one-line compact object that position says
+/// nothing a person can use.
+pub(crate) fn without_position(msg: &str) -> &str {
+    match msg.rsplit_once(" at line ") {
+        Some((head, tail))
+            if tail
+                .split_once(" column ")
+                .is_some_and(|(l, c)| l.parse::<u64>().is_ok() && c.parse::<u64>().is_ok()) =>
+        {
+            head
+        }
+        _ => msg,
+    }
+}
+
+#[derive(Deserialize)]
+struct CustomBody<S> {
+    #[serde(default)]
+    metadata: Meta,
+    spec: Option<S>,
+}
+
+fn custom<S: DeserializeOwned + Default>(
+    json: &[u8],
     wire_bytes: usize,
-) -> Result<(), String> {
-    let metadata: ObjectMeta =
-        serde_json::from_value(value["metadata"].clone()).map_err(|e| format!("metadata: {e}"))?;
-    let spec = match value.get("spec") {
-        None | Some(Value::Null) => S::default(),
-        Some(spec) => serde_json::from_value(spec.clone()).map_err(|e| format!("spec: {e}"))?,
+    filled: &[(String, String)],
+) -> Result<Item<Custom<S>>, String> {
+    let body: CustomBody<S> = match serde_json::from_slice(json) {
+        Ok(b) => b,
+        Err(e) => return Err(decode_error::<CustomBody<S>>(json, &e)),
     };
-    into.push(Item {
+    let mut raw: Value = serde_json::from_slice(json).map_err(|e| e.to_string())?;
+    if let Some(map) = raw.as_object_mut() {
+        for (k, v) in filled {
+            map.insert(k.clone(), Value::from(v.as_str()));
+        }
+    }
+    Ok(Item {
         obj: Custom {
-            metadata,
-            spec,
-            raw: value,
+            metadata: body.metadata,
+            spec: body.spec.unwrap_or_default(),
+            raw,
         },
         wire_bytes,
-    });
-    Ok(())
+    })
 }
 
 #[cfg(test)]
@@ -256,14 +403,17 @@ mod tests {
     }
 
     #[test]
-    fn a_service_with_a_malformed_spec_is_rejected_with_its_identity() {
+    fn a_service_with_a_malformed_spec_is_rejected_with_its_identity_and_the_field() {
         let mut c = Cluster::default();
         let err = c
             .add(json!({"apiVersion": "v1", "kind": "Service",
                 "metadata": {"name": "web", "namespace": "shop"}, "spec": {"ports": "80"}}))
             .expect_err("ports must be a list");
         assert_eq!(err.object.as_deref(), Some("Service shop/web"));
-        assert!(err.reason.contains("invalid type"), "{}", err.reason);
+        assert_eq!(
+            err.reason,
+            "spec.ports: invalid type: string \"80\", expected a sequence"
+        );
     }
 
     #[test]
@@ -273,5 +423,54 @@ mod tests {
             .add(json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"}}))
             .expect_err("pods are namespaced");
         assert_eq!(err.reason, "metadata.namespace is missing");
+    }
+
+    #[test]
+    fn a_lent_kind_counts_in_the_wire_size_as_if_the_object_carried_it() {
+        let with =
+            json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace": "a"}});
+        let without = json!({"metadata": {"name": "p", "namespace": "a"}});
+        let mut c = Cluster::default();
+        c.add(with.clone()).expect("valid");
+        let lend = ListType {
+            kind: "Pod".into(),
+            api_version: "v1".into(),
+        };
+        c.add_json(&serde_json::to_vec(&without).expect("encodes"), Some(&lend))
+            .expect("valid");
+        assert_eq!(c.pods.len(), 2);
+        assert_eq!(
+            c.pods[0].wire_bytes,
+            serde_json::to_vec(&with).expect("encodes").len()
+        );
+        assert_eq!(c.pods[1].wire_bytes, c.pods[0].wire_bytes);
+    }
+
+    #[test]
+    fn only_kube_proxy_and_istio_config_maps_keep_their_data() {
+        let mut c = Cluster::default();
+        for name in ["kube-proxy", "dashboards"] {
+            c.add(json!({"apiVersion": "v1", "kind": "ConfigMap",
+                "metadata": {"name": name, "namespace": "kube-system"}, "data": {"k": "v"}}))
+                .expect("valid");
+        }
+        assert!(
+            c.config_map("kube-system", "kube-proxy")
+                .expect("kept")
+                .data
+                .is_some()
+        );
+        let other = c.config_map("kube-system", "dashboards").expect("counted");
+        assert!(other.data.is_none() && other.raw.is_empty());
+        assert_eq!(c.counts()[&Kind::ConfigMap], 2);
+    }
+
+    #[test]
+    fn positions_are_dropped_from_messages_but_nothing_else() {
+        assert_eq!(
+            without_position("bad thing at line 1 column 42"),
+            "bad thing"
+        );
+        assert_eq!(without_position("at line one"), "at line one");
     }
 }

@@ -1,12 +1,12 @@
 //! What the input shows of an Istio mesh: whether it is there, istiod's version (from its image
 //! tag), the mesh config that matters to scraping, and per-pod sidecar facts.
 
-use k8s_openapi::api::core::v1::{Container, Pod};
 use serde::Deserialize;
 
 use crate::finding::ObjectRef;
 use crate::inventory::{Cluster, ns_name};
 use crate::kind::Kind;
+use crate::objects::{Container, Pod};
 
 /// The Istio version from which a `~` exportTo no longer triggers pushes (istio/istio PR #47009,
 /// the fix of istio/istio#46950).

@@ -4,13 +4,13 @@
 
 use std::path::Path;
 
-use kube::api::{Api, ApiResource, DynamicObject, ListParams};
+use kube::api::ListParams;
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Client, Config};
-use serde_json::Value;
 
+use crate::document::Sink;
 use crate::error::AuditError;
-use crate::inventory::Cluster;
+use crate::inventory::{Cluster, ListType};
 use crate::kind::Kind;
 
 const PAGE: u32 = 500;
@@ -51,58 +51,66 @@ pub async fn load(kubeconfig: &Path, context: Option<&str>) -> Result<Cluster, A
     Ok(cluster)
 }
 
-/// Lists every object of `kind` at `version` into `cluster`; false when the server does not serve
-/// it or forbids it.
+/// Lists every object of `kind` at `version` into `cluster`, page by page: each page's JSON is
+/// streamed into the inventory object by object ([`crate::document`]), so the objects' wire sizes
+/// are the server's own, as in a dump. False when the server does not serve the kind or forbids it.
 async fn list_kind(
     client: &Client,
     cluster: &mut Cluster,
     kind: Kind,
     version: &str,
 ) -> Result<bool, AuditError> {
-    let api_version = if kind.group().is_empty() {
-        version.to_string()
+    let path = if kind.group().is_empty() {
+        format!("/api/{version}/{}", kind.plural())
     } else {
-        format!("{}/{version}", kind.group())
+        format!("/apis/{}/{version}/{}", kind.group(), kind.plural())
     };
-    let resource = ApiResource {
-        group: kind.group().into(),
-        version: version.into(),
-        api_version: api_version.clone(),
-        kind: kind.name().into(),
-        plural: kind.plural().into(),
+    let list_err = |message: String| AuditError::List {
+        kind: kind.name(),
+        message,
     };
-    let api: Api<DynamicObject> = Api::all_with(client.clone(), &resource);
+    // List items of built-in kinds come without kind and apiVersion.
+    let lend = ListType {
+        kind: kind.name().to_string(),
+        api_version: if kind.group().is_empty() {
+            version.to_string()
+        } else {
+            format!("{}/{version}", kind.group())
+        },
+    };
     let mut params = ListParams::default().limit(PAGE);
+    let mut page = 0;
     loop {
-        let page = match api.list(&params).await {
-            Ok(page) => page,
+        page += 1;
+        let request = kube::core::Request::new(&path)
+            .list(&params)
+            .map_err(|e| list_err(e.to_string()))?;
+        let text = match client.request_text(request).await {
+            Ok(text) => text,
             Err(kube::Error::Api(status)) if status.code == 404 || status.code == 403 => {
                 return Ok(false);
             }
+            Err(e) => return Err(list_err(e.to_string())),
+        };
+        cluster.mark_checked(kind);
+        let mut sink = Sink::new(cluster);
+        let outcome = sink.page(page, &lend, &mut serde_json::Deserializer::from_str(&text));
+        let outcome = match outcome {
+            Ok(o) => o,
             Err(e) => {
-                return Err(AuditError::List {
-                    kind: kind.name(),
-                    message: e.to_string(),
+                return Err(match sink.take_refused() {
+                    Some(r) => AuditError::LiveObject {
+                        object: r
+                            .rejected
+                            .object
+                            .unwrap_or_else(|| format!("{kind} (page {page}, {})", r.position)),
+                        reason: r.rejected.reason,
+                    },
+                    None => list_err(format!("page {page} is not a valid list: {e}")),
                 });
             }
         };
-        cluster.mark_checked(kind);
-        for item in page.items {
-            let mut v = serde_json::to_value(&item).map_err(|e| AuditError::LiveObject {
-                object: format!("{kind} {:?}", item.metadata.name),
-                reason: e.to_string(),
-            })?;
-            // List items of built-in kinds come without kind and apiVersion.
-            if let Some(map) = v.as_object_mut() {
-                map.insert("kind".into(), Value::from(kind.name()));
-                map.insert("apiVersion".into(), Value::from(api_version.clone()));
-            }
-            cluster.add(v).map_err(|r| AuditError::LiveObject {
-                object: r.object.unwrap_or_else(|| kind.name().to_string()),
-                reason: r.reason,
-            })?;
-        }
-        match page.metadata.continue_.filter(|t| !t.is_empty()) {
+        match outcome.continue_token {
             Some(token) => params = params.continue_token(&token),
             None => return Ok(true),
         }

@@ -24,6 +24,30 @@ pub fn from_typed<T: Serialize>(obj: &T) -> Value {
     v
 }
 
+/// A Service as read, through its k8s-openapi type (fields it does not know dropped, as
+/// `kubectl replace` would have the server do), stripped.
+pub fn service(svc: &crate::objects::Service) -> Value {
+    typed::<k8s_openapi::api::core::v1::Service>(&svc.raw)
+}
+
+/// A ConfigMap the inventory kept whole (kube-proxy's), through its k8s-openapi type, stripped.
+pub fn config_map(cm: &crate::objects::ConfigMap) -> Value {
+    typed::<k8s_openapi::api::core::v1::ConfigMap>(&cm.raw)
+}
+
+fn typed<T: Serialize + serde::de::DeserializeOwned>(raw: &str) -> Value {
+    // NB: the inventory decoded every field a rule reads from these bytes already; the remaining
+    // fields may still not fit the API type. Then the object is kept as read.
+    match serde_json::from_str::<T>(raw) {
+        Ok(obj) => from_typed(&obj),
+        Err(_) => {
+            let mut v: Value = serde_json::from_str(raw).expect("the inventory keeps valid JSON");
+            clean(&mut v);
+            v
+        }
+    }
+}
+
 /// Removes `status` and the server-owned metadata, and the last-applied annotation (it would
 /// describe the object before the fix).
 pub fn clean(v: &mut Value) {

@@ -1,19 +1,19 @@
-//! The audit report: the `herald.audit/v1` JSON document and the table for terminals.
+//! The audit report: the `herald.audit/v1` JSON document (every finding), the selection of
+//! findings the command line asks for, and the table for terminals (`table.rs`).
 
 use std::collections::BTreeMap;
 use std::io::Write;
 
 use serde::Serialize;
 
+use crate::error::AuditError;
 use crate::finding::{Finding, NotChecked, Severity};
 use crate::inventory::Cluster;
 use crate::kind::Kind;
-use crate::rules::Evaluation;
+use crate::rules::{Evaluation, RULES};
 
 /// The JSON schema identifier; bumped on any incompatible change.
 pub const SCHEMA: &str = "herald.audit/v1";
-/// The table fits a terminal this wide.
-pub const TABLE_WIDTH: usize = 100;
 
 /// The whole audit result. Its JSON form is documented in the crate README.
 #[derive(Debug, Clone, Serialize)]
@@ -48,14 +48,7 @@ pub struct Summary {
 
 impl Report {
     pub fn new(cluster: &Cluster, evaluation: Evaluation, source: String) -> Report {
-        let mut summary = Summary::default();
-        for f in &evaluation.findings {
-            match f.severity {
-                Severity::Critical => summary.critical += 1,
-                Severity::Warning => summary.warning += 1,
-                Severity::Info => summary.info += 1,
-            }
-        }
+        let summary = Summary::of(&evaluation.findings);
         Report {
             schema: SCHEMA,
             source,
@@ -80,133 +73,93 @@ impl Report {
         writeln!(out)
     }
 
-    /// Findings grouped by severity, worst first, wrapped to [`TABLE_WIDTH`] columns.
-    pub fn write_table(&self, out: &mut dyn Write) -> std::io::Result<()> {
-        let s = &self.summary;
-        let header = format!(
-            "herald audit of {}: {} critical, {} warning, {} info; {} rule(s) not checked",
-            self.source,
-            s.critical,
-            s.warning,
-            s.info,
-            self.not_checked.len()
-        );
-        for line in wrap(&header, "", "  ") {
-            writeln!(out, "{line}")?;
+    /// Keeps only the findings `selection` picks (all when it picks by nothing) and recounts the
+    /// summary. Rules that could not run stay listed.
+    pub fn select(&mut self, selection: &Selection) {
+        if selection.is_everything() {
+            return;
         }
-        for sev in [Severity::Critical, Severity::Warning, Severity::Info] {
-            let group: Vec<_> = self.findings.iter().filter(|f| f.severity == sev).collect();
-            if group.is_empty() {
-                continue;
-            }
-            writeln!(out)?;
-            writeln!(out, "{} ({})", sev.as_str().to_uppercase(), group.len())?;
-            for f in group {
-                write_finding(out, f)?;
-            }
-        }
-        if !self.not_checked.is_empty() {
-            writeln!(out)?;
-            writeln!(out, "NOT CHECKED (kinds missing from the input)")?;
-            for n in &self.not_checked {
-                let kinds: Vec<_> = n.missing_kinds.iter().map(|k| k.name()).collect();
-                let line = format!("{} {}: needs {}", n.code, n.rule, kinds.join(", "));
-                for l in wrap(&line, "  ", "        ") {
-                    writeln!(out, "{l}")?;
-                }
-            }
-        }
-        if !self.inventory.unknown_kinds.is_empty() {
-            writeln!(out)?;
-            writeln!(out, "IGNORED (unknown kinds)")?;
-            for (k, n) in &self.inventory.unknown_kinds {
-                writeln!(out, "  {k}: {n}")?;
-            }
-        }
-        Ok(())
+        self.findings.retain(|f| selection.picks(f));
+        self.summary = Summary::of(&self.findings);
+    }
+
+    /// The table: the severity summary, then one block per rule (`table.rs`).
+    pub fn write_table(&self, out: &mut dyn Write, style: &TableStyle) -> std::io::Result<()> {
+        crate::table::write(self, out, style)
     }
 }
 
-fn write_finding(out: &mut dyn Write, f: &Finding) -> std::io::Result<()> {
-    const PAD: &str = "        ";
-    for l in wrap(&format!("{} {}", f.code, f.title), "  ", PAD) {
-        writeln!(out, "{l}")?;
-    }
-    if !f.objects.is_empty() {
-        let objs: Vec<_> = f.objects.iter().map(ToString::to_string).collect();
-        for l in wrap(&format!("objects: {}", objs.join(", ")), PAD, PAD) {
-            writeln!(out, "{l}")?;
+impl Summary {
+    pub fn of(findings: &[Finding]) -> Summary {
+        let mut summary = Summary::default();
+        for f in findings {
+            match f.severity {
+                Severity::Critical => summary.critical += 1,
+                Severity::Warning => summary.warning += 1,
+                Severity::Info => summary.info += 1,
+            }
         }
+        summary
     }
-    for e in &f.evidence {
-        for l in wrap(&format!("- {e}"), PAD, &format!("{PAD}  ")) {
-            writeln!(out, "{l}")?;
-        }
-    }
-    for l in wrap(&format!("cost: {}", f.cost.summary), PAD, PAD) {
-        writeln!(out, "{l}")?;
-    }
-    let file = f
-        .fix
-        .file
-        .as_deref()
-        .map(|p| format!(" [{p}]"))
-        .unwrap_or_default();
-    for l in wrap(&format!("fix: {}{file}", f.fix.summary), PAD, PAD) {
-        writeln!(out, "{l}")?;
-    }
-    Ok(())
 }
 
-/// Word-wraps `text` to [`TABLE_WIDTH`] columns; a word longer than a line is cut.
-fn wrap(text: &str, first: &str, rest: &str) -> Vec<String> {
-    let mut lines = Vec::new();
-    let mut line = first.to_string();
-    let mut empty = true;
-    for word in text.split_whitespace() {
-        let needed = if empty {
-            word.chars().count()
-        } else {
-            word.chars().count() + 1
-        };
-        if !empty && line.chars().count() + needed > TABLE_WIDTH {
-            lines.push(std::mem::replace(&mut line, rest.to_string()));
-            empty = true;
-        }
-        if !empty {
-            line.push(' ');
-        }
-        let room = TABLE_WIDTH.saturating_sub(line.chars().count()).max(1);
-        let mut w: String = word.chars().take(room).collect();
-        let mut remaining: String = word.chars().skip(room).collect();
-        line.push_str(&w);
-        empty = false;
-        while !remaining.is_empty() {
-            lines.push(std::mem::replace(&mut line, rest.to_string()));
-            let room = TABLE_WIDTH.saturating_sub(rest.chars().count()).max(1);
-            w = remaining.chars().take(room).collect();
-            remaining = remaining.chars().skip(room).collect();
-            line.push_str(&w);
-        }
-    }
-    if !empty || lines.is_empty() {
-        lines.push(line);
-    }
-    lines
+/// Which findings to show: those of the given rules and namespaces (either list empty: any).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Selection {
+    /// Rule codes (`HA004`).
+    pub rules: Vec<&'static str>,
+    pub namespaces: Vec<String>,
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn wrapped_lines_never_pass_the_table_width() {
-        let text = "word ".repeat(60) + &"x".repeat(250);
-        let lines = wrap(&text, "  ", "      ");
-        assert!(lines.len() > 3);
-        for l in &lines {
-            assert!(l.chars().count() <= TABLE_WIDTH, "{l}");
+impl Selection {
+    /// The selection the command line asks for; an unknown rule is an error naming the known ones.
+    pub fn new(rules: &[String], namespaces: &[String]) -> Result<Selection, AuditError> {
+        let mut codes = Vec::new();
+        for given in rules {
+            let rule = RULES
+                .iter()
+                .find(|r| r.code.eq_ignore_ascii_case(given) || r.slug == given.as_str())
+                .ok_or_else(|| AuditError::UnknownRule {
+                    given: given.clone(),
+                    known: RULES
+                        .iter()
+                        .map(|r| format!("{} {}", r.code, r.slug))
+                        .collect::<Vec<_>>()
+                        .join(", "),
+                })?;
+            codes.push(rule.code);
         }
-        assert!(lines[1].starts_with("      word"));
+        Ok(Selection {
+            rules: codes,
+            namespaces: namespaces.to_vec(),
+        })
     }
+
+    pub fn is_everything(&self) -> bool {
+        self.rules.is_empty() && self.namespaces.is_empty()
+    }
+
+    /// Whether `f` is selected: its rule is listed, and the object at fault is in a listed
+    /// namespace (a finding about no namespaced object is in none).
+    pub fn picks(&self, f: &Finding) -> bool {
+        let rule = self.rules.is_empty() || self.rules.contains(&f.code);
+        let namespace = self.namespaces.is_empty()
+            || f.objects
+                .first()
+                .and_then(|o| o.namespace.as_deref())
+                .is_some_and(|ns| self.namespaces.iter().any(|n| n == ns));
+        rule && namespace
+    }
+}
+
+/// How the table prints findings.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct TableStyle {
+    /// Every finding in full (`--all`, or a `--rule`/`--namespace` selection).
+    pub full: bool,
+    /// The command that reads the same input (`herald audit --from dump.json`), for the hints
+    /// that say how to list the rest of a group.
+    pub command: String,
+    /// The fix directory, when fixes were written.
+    pub fix_dir: Option<String>,
 }

@@ -136,7 +136,7 @@ fn prometheus_selects(c: &Cluster, p: &Prometheus, sm: &Item<ServiceMonitor>) ->
 }
 
 /// Formats a count with thousands separators, for evidence lines.
-fn thousands(n: u64) -> String {
+pub(crate) fn thousands(n: u64) -> String {
     let s = n.to_string();
     let mut out = String::new();
     for (i, ch) in s.chars().enumerate() {

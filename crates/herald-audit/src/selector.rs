@@ -7,11 +7,12 @@ use std::collections::BTreeMap;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 
 use crate::custom::NamespaceSelector;
+use crate::objects::Labels;
 
 /// Whether `selector` selects an object labelled `labels`. An expression with an unknown operator
 /// selects nothing, as the apiserver rejects it.
-pub fn matches(selector: &LabelSelector, labels: Option<&BTreeMap<String, String>>) -> bool {
-    let empty = BTreeMap::new();
+pub fn matches(selector: &LabelSelector, labels: Option<&Labels>) -> bool {
+    let empty = Labels::default();
     let labels = labels.unwrap_or(&empty);
     let labels_ok = selector
         .match_labels
@@ -36,7 +37,7 @@ pub fn matches(selector: &LabelSelector, labels: Option<&BTreeMap<String, String
 /// selector selects no pods (its Endpoints are managed by hand).
 pub fn service_selects(
     selector: Option<&BTreeMap<String, String>>,
-    labels: Option<&BTreeMap<String, String>>,
+    labels: Option<&Labels>,
 ) -> bool {
     match selector {
         None => false,
@@ -63,7 +64,7 @@ mod tests {
     use super::*;
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelectorRequirement;
 
-    fn labels(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+    fn labels(pairs: &[(&str, &str)]) -> Labels {
         pairs
             .iter()
             .map(|(k, v)| (k.to_string(), v.to_string()))
@@ -73,7 +74,7 @@ mod tests {
     #[test]
     fn expressions_and_labels_must_all_hold() {
         let sel = LabelSelector {
-            match_labels: Some(labels(&[("app", "web")])),
+            match_labels: Some(labels(&[("app", "web")]).to_map()),
             match_expressions: Some(vec![LabelSelectorRequirement {
                 key: "tier".into(),
                 operator: "NotIn".into(),
@@ -97,7 +98,7 @@ mod tests {
             Some(&labels(&[("a", "b")]))
         ));
         assert!(service_selects(
-            Some(&labels(&[("a", "b")])),
+            Some(&labels(&[("a", "b")]).to_map()),
             Some(&labels(&[("a", "b"), ("c", "d")]))
         ));
     }

@@ -3,11 +3,10 @@
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::api::core::v1::Pod;
-
 use crate::finding::ObjectRef;
 use crate::inventory::ns_name;
 use crate::kind::Kind;
+use crate::objects::Pod;
 
 /// Labels the controllers add per pod or per revision; a generated selector must not use them.
 const POD_SPECIFIC_LABELS: [&str; 4] = [
@@ -51,7 +50,7 @@ pub fn common_labels(pods: &[&Pod]) -> BTreeMap<String, String> {
     for p in pods {
         let labels = p.metadata.labels.clone().unwrap_or_default();
         common = Some(match common {
-            None => labels,
+            None => labels.to_map(),
             Some(c) => c
                 .into_iter()
                 .filter(|(k, v)| labels.get(k) == Some(v))

@@ -81,13 +81,57 @@ async fn run_with_fixes(input: &Path, dir: &Path) -> Report {
     report
 }
 
-/// Applies every fix file of `report` to `objects` by its actions, as kubectl would against a
-/// server: create must not find the object, replace and delete must.
+/// The fix files in the order the index gives, checked against the report: every finding with
+/// manifests names a file of the index, and every file of the index holds such findings.
+fn indexed_files(report: &Report, dir: &Path) -> Vec<String> {
+    let index: Value = serde_json::from_str(
+        &std::fs::read_to_string(dir.join("index.json")).expect("an index.json"),
+    )
+    .expect("the index is JSON");
+    let files: Vec<String> = index["files"]
+        .as_array()
+        .expect("files")
+        .iter()
+        .enumerate()
+        .map(|(i, e)| {
+            assert_eq!(e["order"], i + 1, "{e}");
+            e["file"].as_str().expect("file").to_string()
+        })
+        .collect();
+    let named: std::collections::BTreeSet<&str> = report
+        .findings
+        .iter()
+        .filter(|f| !f.fix.manifests.is_empty())
+        .map(|f| {
+            f.fix
+                .file
+                .as_deref()
+                .expect("a finding with manifests has a file")
+        })
+        .collect();
+    assert_eq!(
+        named,
+        files.iter().map(String::as_str).collect(),
+        "the index lists exactly the files the findings name"
+    );
+    files
+}
+
+/// Applies every fix file of `report` to `objects` by its actions, in the index's order, as
+/// kubectl would against a server: create must not find the object, replace and delete must.
 fn apply(objects: &mut BTreeMap<Key, Value>, report: &Report, dir: &Path) {
-    for f in &report.findings {
-        let Some(file) = &f.fix.file else { continue };
-        let (header, manifests) = read_fix(&dir.join(file));
-        assert_eq!(header["code"], f.code);
+    for file in indexed_files(report, dir) {
+        let (header, manifests) = read_fix(&dir.join(&file));
+        let codes: Vec<&str> = report
+            .findings
+            .iter()
+            .filter(|f| f.fix.file.as_deref() == Some(file.as_str()))
+            .map(|f| f.code)
+            .collect();
+        assert!(
+            codes.iter().all(|c| header["code"] == *c),
+            "{file}: {codes:?}"
+        );
         let mut next = manifests.into_iter();
         for action in header["actions"].as_array().expect("actions") {
             let k = ref_key(&action["object"]);
@@ -122,7 +166,7 @@ fn reaudit(objects: &BTreeMap<Key, Value>, dir: &Path) -> Report {
 }
 
 #[tokio::test]
-async fn fix_files_carry_valid_manifests_in_action_order() {
+async fn fix_files_are_one_per_rule_and_namespace_in_the_order_of_the_index() {
     let dir = tempfile::tempdir().expect("tempdir");
     let report = run_with_fixes(&fixture("services.yaml"), dir.path()).await;
     let mut files: Vec<_> = std::fs::read_dir(dir.path())
@@ -130,18 +174,20 @@ async fn fix_files_carry_valid_manifests_in_action_order() {
         .map(|e| e.expect("entry").file_name().into_string().expect("utf-8"))
         .collect();
     files.sort();
+    // Warnings before infos, then by code; HA004's and HA006's apps Services in one file each,
+    // HA005's three Services in one.
     assert_eq!(
         files,
         [
-            "ha004-service-apps-api-metrics.yaml",
-            "ha005-service-apps-api.yaml",
-            "ha005-service-apps-lb.yaml",
-            "ha005-service-apps-web-metrics.yaml",
-            "ha006-service-apps-batch-metrics.yaml",
-            "ha006-service-apps-cron-metrics.yaml",
+            "01-ha004-apps.yaml",
+            "02-ha006-apps.yaml",
+            "03-ha005-apps.yaml",
+            "README.md",
+            "index.json",
         ]
     );
-    for f in &files {
+    assert_eq!(indexed_files(&report, dir.path()), files[..3]);
+    for f in &files[..3] {
         let (header, manifests) = read_fix(&dir.path().join(f));
         let with_manifest = header["actions"]
             .as_array()
@@ -150,6 +196,7 @@ async fn fix_files_carry_valid_manifests_in_action_order() {
             .filter(|a| a["verb"] != "delete")
             .count();
         assert_eq!(with_manifest, manifests.len(), "{f}");
+        assert_eq!(header["namespace"], "apps", "{f}");
         for m in &manifests {
             assert!(
                 m["apiVersion"].is_string() && m["kind"].is_string(),
@@ -170,20 +217,52 @@ async fn fix_files_carry_valid_manifests_in_action_order() {
             }
         }
     }
-    let steps = std::fs::read_to_string(dir.path().join("ha004-service-apps-api-metrics.yaml"))
-        .expect("file");
+    let ha005 = std::fs::read_to_string(dir.path().join("03-ha005-apps.yaml")).expect("file");
     assert!(
-        steps.contains("#   1. kubectl delete service -n apps api-metrics"),
-        "{steps}"
+        ha005.starts_with("# herald audit fix HA005 (service-shared-by-traffic-and-metrics), namespace apps: 3 finding(s)"),
+        "{ha005}"
     );
+    let ha004 = std::fs::read_to_string(dir.path().join("01-ha004-apps.yaml")).expect("file");
     assert!(
-        report
-            .findings
-            .iter()
-            .filter(|f| f.fix.file.is_some())
-            .count()
-            == files.len()
+        ha004.contains("#    1. kubectl delete service -n apps api-metrics"),
+        "{ha004}"
     );
+    let readme = std::fs::read_to_string(dir.path().join("README.md")).expect("README.md");
+    for f in &files[..3] {
+        assert!(readme.contains(&format!("[{f}]({f})")), "{readme}");
+    }
+}
+
+#[tokio::test]
+async fn an_action_two_findings_of_one_file_share_is_written_once() {
+    // Two traffic Services selected by one ServiceMonitor: both HA005 fixes replace it with the
+    // same content; the file replaces it once.
+    let dir = tempfile::tempdir().expect("tempdir");
+    let input = dir.path().join("shared.yaml");
+    std::fs::write(
+        &input,
+        "apiVersion: v1\nkind: Service\nmetadata: {name: a, namespace: x, labels: {scrape: \"yes\"}}\n\
+         spec: {clusterIP: 10.0.0.1, selector: {app: a}, ports: [{name: http-metrics, port: 80}, {name: web, port: 8080}]}\n\
+         ---\napiVersion: v1\nkind: Service\nmetadata: {name: b, namespace: x, labels: {scrape: \"yes\"}}\n\
+         spec: {clusterIP: 10.0.0.2, selector: {app: b}, ports: [{name: http-metrics, port: 80}, {name: web, port: 8080}]}\n\
+         ---\napiVersion: monitoring.coreos.com/v1\nkind: ServiceMonitor\nmetadata: {name: m, namespace: x}\n\
+         spec: {selector: {matchLabels: {scrape: \"yes\"}}, endpoints: [{port: http-metrics}]}\n",
+    )
+    .expect("write");
+    let fixes = dir.path().join("fix");
+    let report = run_with_fixes(&input, &fixes).await;
+    let files = indexed_files(&report, &fixes);
+    assert_eq!(files, ["01-ha005-x.yaml"]);
+    let (header, manifests) = read_fix(&fixes.join(&files[0]));
+    let replaced_monitor = header["actions"]
+        .as_array()
+        .expect("actions")
+        .iter()
+        .filter(|a| a["object"]["kind"] == "ServiceMonitor")
+        .count();
+    assert_eq!(replaced_monitor, 1, "{header}");
+    // Two twins created, two Services labelled, one ServiceMonitor replaced.
+    assert_eq!(manifests.len(), 5);
 }
 
 #[tokio::test]

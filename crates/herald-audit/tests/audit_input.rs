@@ -191,7 +191,8 @@ async fn the_json_report_follows_the_documented_schema() {
 }
 
 #[tokio::test]
-async fn the_table_groups_by_severity_and_fits_the_terminal() {
+async fn the_table_gives_the_severity_summary_first_then_one_block_per_rule_and_fits_the_terminal()
+{
     let args = AuditArgs::from_files(vec![fixture("services.yaml"), fixture("istio-pods.yaml")]);
     let (r, out) = run(&args).await;
     r.expect("runs");
@@ -205,8 +206,44 @@ async fn the_table_groups_by_severity_and_fits_the_terminal() {
     let pos = |s: &str| out.find(s).unwrap_or_else(|| panic!("no {s} in\n{out}"));
     // The api pod of services.yaml has a sidecar: with istio-pods.yaml's mesh-wide STRICT policy,
     // its ServiceMonitor scrape is a third HA009.
-    assert!(pos("\nCRITICAL (3)") < pos("\nWARNING (6)"));
-    assert!(pos("\nWARNING (6)") < pos("\nINFO (4)"));
-    assert!(pos("\nINFO (4)") < pos("\nNOT CHECKED"));
-    assert!(pos("  HA009 strict mTLS") < pos("\nWARNING"));
+    assert!(pos("  3 critical: HA009 strict-mtls-blocks-scrape ×3") < pos("  6 warning: HA004"));
+    assert!(pos("  6 warning: HA004") < pos("  4 info: HA005"));
+    // Blocks: critical rules first, then by code.
+    assert!(pos("  4 info: HA005") < pos("\nHA009 strict-mtls-blocks-scrape: 3 findings"));
+    assert!(pos("\nHA009 strict") < pos("\nHA004 metrics-service-with-cluster-ip: 1 finding"));
+    assert!(pos("\nHA004 metrics") < pos("\nHA006 istio-exports-metrics-service: 3 findings"));
+    assert!(
+        pos("\nHA006 istio") < pos("\nHA005 service-shared-by-traffic-and-metrics: 3 findings")
+    );
+    assert!(pos("\nHA005 service") < pos("\nNOT CHECKED"));
+    // A rule's only finding is shown in full; a rule with several is one grouped block.
+    assert!(out.contains("  HA004 Service apps/api-metrics exists only for metrics"));
+    assert!(out.contains("--rule HA009"));
+    assert!(
+        !out.contains("  HA009 strict mTLS refuses"),
+        "grouped, not in full:\n{out}"
+    );
+}
+
+#[tokio::test]
+async fn an_unknown_rule_is_an_error_naming_the_rules() {
+    let mut args = AuditArgs::from_files(vec![fixture("services.yaml")]);
+    args.rules = vec!["HA099".into()];
+    let (r, out) = run(&args).await;
+    let err = r.expect_err("no such rule");
+    assert!(out.is_empty());
+    let msg = err.to_string();
+    assert!(
+        msg.starts_with("--rule HA099: no such rule; the rules are HA001 endpoints-truncated, "),
+        "{msg}"
+    );
+    // Codes are case-insensitive and slugs work too.
+    args.rules = vec!["ha004".into(), "istio-exports-metrics-service".into()];
+    let (r, out) = run(&args).await;
+    r.expect("known rules");
+    assert!(
+        out.contains("HA004 metrics-service-with-cluster-ip: 1 finding"),
+        "{out}"
+    );
+    assert!(!out.contains("HA005"), "{out}");
 }

@@ -2,7 +2,6 @@
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::api::core::v1::Endpoints;
 use serde_json::json;
 
 use super::{Outcome, Rule, discovery_role, prometheus_selects, require, thousands};
@@ -11,7 +10,8 @@ use crate::facts::Facts;
 use crate::finding::{Action, Cost, Finding, Fix, ObjectRef, Severity, Verb};
 use crate::inventory::{Cluster, Item, ns_name};
 use crate::kind::Kind;
-use crate::manifest;
+use crate::objects::Endpoints;
+use crate::{manifest, versions};
 
 /// The Endpoints controller keeps at most this many addresses per object and annotates the rest
 /// away (kubernetes:pkg/controller/endpoint/endpoints_controller.go maxCapacity).
@@ -39,15 +39,49 @@ pub const KUBELET_ENDPOINTS: Rule = Rule {
     check: kubelet_endpoints,
 };
 
+/// prometheus-operator releases that brought what the fixes use: `spec.serviceDiscoveryRole` on
+/// Prometheus and PrometheusAgent (v0.76.0, prometheus-operator#6672) and the kubelet controller's
+/// `--kubelet-endpointslice` (v0.77.0, prometheus-operator#6882).
+const OPERATOR_DISCOVERY_ROLE: (u32, u32, u32) = (0, 76, 0);
+const OPERATOR_KUBELET_SLICES: (u32, u32, u32) = (0, 77, 0);
+
+/// What the input says of the operator's support for a feature: an evidence line, and a first
+/// step when an upgrade is needed or the version could not be read.
+struct OperatorSupport {
+    evidence: String,
+    step: Option<String>,
+}
+
+fn operator_supports(c: &Cluster, since: (u32, u32, u32), feature: &str) -> OperatorSupport {
+    let (a, b, p) = since;
+    match versions::prometheus_operator(c) {
+        Some((v, image)) if v < since => OperatorSupport {
+            evidence: format!(
+                "prometheus-operator runs {image}, older than v{a}.{b}.{p}, which brought {feature}"
+            ),
+            step: Some(format!(
+                "upgrade prometheus-operator (and its CRDs) to v{a}.{b}.{p} or later: {image} does not know {feature}"
+            )),
+        },
+        Some((_, image)) => OperatorSupport {
+            evidence: format!(
+                "prometheus-operator runs {image}, which has {feature} (v{a}.{b}.{p} and later)"
+            ),
+            step: None,
+        },
+        None => OperatorSupport {
+            evidence: format!(
+                "prometheus-operator's version is not in the input: {feature} needs v{a}.{b}.{p} or later"
+            ),
+            step: Some(format!(
+                "check: prometheus-operator is v{a}.{b}.{p} or later, else upgrade it and its CRDs first ({feature})"
+            )),
+        },
+    }
+}
+
 fn address_count(e: &Endpoints) -> usize {
-    e.subsets
-        .iter()
-        .flatten()
-        .map(|s| {
-            s.addresses.as_ref().map_or(0, Vec::len)
-                + s.not_ready_addresses.as_ref().map_or(0, Vec::len)
-        })
-        .sum()
+    e.address_count()
 }
 
 fn is_operator_kubelet(e: &Endpoints) -> bool {
@@ -239,9 +273,25 @@ fn prometheus_role(facts: &Facts<'_>, _: &crate::rules::Options) -> Outcome {
                 thousands(missing_targets as u64)
             ));
         }
-        evidence.push(
-            "Endpoints is deprecated from Kubernetes 1.33; the apiserver warns on every use".into(),
-        );
+        evidence.push(match versions::newest_kubelet(c) {
+            Some((a, b)) if (a, b) >= (1, 33) => format!(
+                "Endpoints is deprecated from Kubernetes 1.33, which this cluster runs (kubelets up to {a}.{b}): \
+                 the apiserver warns on every use"
+            ),
+            Some((a, b)) => format!(
+                "Endpoints is deprecated from Kubernetes 1.33 (this cluster's kubelets run up to {a}.{b}): \
+                 the apiserver warns on every use from that upgrade on"
+            ),
+            None => "Endpoints is deprecated from Kubernetes 1.33; the apiserver warns on every use".into(),
+        });
+        if versions::newest_kubelet(c).is_some_and(|v| v < (1, 21)) {
+            evidence.push(
+                "discovery.k8s.io/v1 EndpointSlices need Kubernetes 1.21 or later: upgrade the cluster first"
+                    .into(),
+            );
+        }
+        let operator = operator_supports(c, OPERATOR_DISCOVERY_ROLE, "spec.serviceDiscoveryRole");
+        evidence.push(operator.evidence.clone());
         let severity = if reads_truncated.is_empty() {
             Severity::Warning
         } else {
@@ -299,11 +349,11 @@ fn prometheus_role(facts: &Facts<'_>, _: &crate::rules::Options) -> Outcome {
             },
             fix: Fix {
                 summary: "set serviceDiscoveryRole: EndpointSlice and grant get/list/watch on endpointslices".into(),
-                steps: vec![
+                steps: operator.step.clone().into_iter().chain([
                     format!("kubectl create the ClusterRole and ClusterRoleBinding {rbac_name} (ServiceAccount {ns}/{sa})"),
                     format!("kubectl replace {me} with serviceDiscoveryRole: EndpointSlice"),
                     "check that every target is up again in the Prometheus UI (the operator rolls the config; no restart)".into(),
-                ],
+                ]).collect(),
                 actions: vec![
                     Action { verb: Verb::Create, object: ObjectRef::other("ClusterRole", None, &rbac_name) },
                     Action { verb: Verb::Create, object: ObjectRef::other("ClusterRoleBinding", None, &rbac_name) },
@@ -367,6 +417,8 @@ fn kubelet_endpoints(facts: &Facts<'_>, _: &crate::rules::Options) -> Outcome {
             "kubelets_missing_from_mirrored_slices".into(),
             missing as f64,
         );
+        let operator = operator_supports(c, OPERATOR_KUBELET_SLICES, "--kubelet-endpointslice");
+        evidence.push(operator.evidence.clone());
         let mut steps = vec![
             "run prometheus-operator with --kubelet-endpoints=true --kubelet-endpointslice=true"
                 .into(),
@@ -380,6 +432,8 @@ fn kubelet_endpoints(facts: &Facts<'_>, _: &crate::rules::Options) -> Outcome {
         ];
         if migrated {
             steps.drain(..2);
+        } else if let Some(step) = operator.step.clone() {
+            steps.insert(0, step);
         }
         findings.push(Finding {
             code: KUBELET_ENDPOINTS.code,

@@ -202,15 +202,7 @@ fn event_rates(facts: &Facts<'_>, churn: f64) -> BTreeMap<Kind, (f64, f64)> {
         .sum();
     let behind_service = (backed as f64 / pods).min(1.0);
     let (weighted, addresses) = c.endpoints.iter().fold((0.0, 0usize), |(w, a), e| {
-        let n: usize = e
-            .subsets
-            .iter()
-            .flatten()
-            .map(|s| {
-                s.addresses.as_ref().map_or(0, Vec::len)
-                    + s.not_ready_addresses.as_ref().map_or(0, Vec::len)
-            })
-            .sum();
+        let n = e.address_count();
         (w + (e.wire_bytes * n) as f64, a + n)
     });
     let endpoints_bytes = if addresses == 0 {

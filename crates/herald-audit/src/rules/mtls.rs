@@ -3,7 +3,6 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use k8s_openapi::api::core::v1::Pod;
 use serde_json::{Value, json};
 
 use super::pods::{MERGE_ANNOTATION, annotation, is_merged};
@@ -15,6 +14,7 @@ use crate::finding::{Action, Cost, Finding, Fix, ObjectRef, Severity, Verb};
 use crate::inventory::{Cluster, Item, ns_name};
 use crate::istio::{self, Istio};
 use crate::kind::Kind;
+use crate::objects::Pod;
 use crate::{manifest, selector, workload};
 
 pub const STRICT_MTLS_SCRAPE: Rule = Rule {

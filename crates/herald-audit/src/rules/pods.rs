@@ -3,7 +3,6 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use k8s_openapi::api::core::v1::Pod;
 use serde_json::{Value, json};
 
 use super::scrapes::monitor_scrapes;
@@ -13,6 +12,7 @@ use crate::finding::{Action, Cost, Finding, Fix, ObjectRef, Severity, Verb};
 use crate::inventory::{Cluster, ns_name};
 use crate::istio;
 use crate::kind::Kind;
+use crate::objects::{Labels, Pod};
 use crate::{manifest, workload};
 
 pub const MULTI_PORT_ANNOTATIONS: Rule = Rule {
@@ -43,7 +43,11 @@ fn app_annotations(pod: &Pod) -> BTreeMap<String, String> {
     if is_merged(pod) {
         istio::original_prometheus_annotations(pod).unwrap_or_default()
     } else {
-        pod.metadata.annotations.clone().unwrap_or_default()
+        pod.metadata
+            .annotations
+            .as_ref()
+            .map(Labels::to_map)
+            .unwrap_or_default()
     }
 }
 

@@ -2,7 +2,6 @@
 //! selecting it, and ServiceMonitors selecting a Service that selects it. Each monitor scrape names
 //! the monitor endpoint it comes from, so that a fix can edit exactly that endpoint.
 
-use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
 use crate::custom::ScrapeEndpoint;
@@ -10,6 +9,7 @@ use crate::facts::Facts;
 use crate::finding::ObjectRef;
 use crate::inventory::ns_name;
 use crate::kind::Kind;
+use crate::objects::Pod;
 use crate::selector;
 
 /// A monitor endpoint: the ServiceMonitor or PodMonitor, and the index of the entry in its

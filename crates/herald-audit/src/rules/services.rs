@@ -3,7 +3,6 @@
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::api::core::v1::Service;
 use serde_json::{Value, json};
 
 use super::{Outcome, Rule, require, thousands};
@@ -13,7 +12,8 @@ use crate::inventory::ns_name;
 use crate::istio::EXPORT_TO_NONE_FIXED;
 use crate::kind::Kind;
 use crate::manifest;
-use crate::rules::kube_proxy::service_rules;
+use crate::objects::{Labels, Service};
+use crate::rules::kube_proxy::{SyncBehaviour, oldest_sync_behaviour, service_rules};
 
 pub const EXPORT_TO: &str = "networking.istio.io/exportTo";
 /// Put on a traffic Service so that its ServiceMonitors (given `DoesNotExist` on it) stop
@@ -69,6 +69,14 @@ fn metrics_only_cluster_ip(facts: &Facts<'_>, _: &super::Options) -> Outcome {
     if let Err(o) = require(c, &[Kind::Service, Kind::ServiceMonitor]) {
         return o;
     }
+    // When kube-proxy rewrites these rules depends on its version (rules/kube_proxy.rs).
+    let rewrites = match oldest_sync_behaviour(c) {
+        Some(b) if b < SyncBehaviour::Partial => {
+            "with every Service or endpoint change in the cluster (kube-proxy < 1.27 restores every rule)"
+        }
+        Some(_) => "on every change of its endpoints",
+        None => "on every change of its endpoints (and of any Service's, on kube-proxy < 1.27)",
+    };
     let mut findings = Vec::new();
     for m in &facts.monitored {
         if m.class != (ServiceClass::MetricsOnly { headless: false }) {
@@ -108,7 +116,7 @@ fn metrics_only_cluster_ip(facts: &Facts<'_>, _: &super::Options) -> Outcome {
         let mut figures = BTreeMap::new();
         figures.insert("iptables_rules_per_node".into(), rules as f64);
         figures.insert("nodes".into(), nodes as f64);
-        let mut headless = manifest::from_typed(svc);
+        let mut headless = manifest::service(svc);
         if let Some(spec) = headless.get_mut("spec").and_then(Value::as_object_mut) {
             spec.insert("clusterIP".into(), json!("None"));
             spec.remove("clusterIPs");
@@ -125,13 +133,14 @@ fn metrics_only_cluster_ip(facts: &Facts<'_>, _: &super::Options) -> Outcome {
             evidence,
             cost: Cost {
                 summary: format!(
-                    "~{} kube-proxy rules on {}, rewritten on every change of its endpoints",
+                    "~{} kube-proxy rules on {}, rewritten {}",
                     thousands(rules),
                     if c.has(Kind::Node) {
                         format!("each of {} nodes", thousands(nodes as u64))
                     } else {
                         "every node".to_string()
-                    }
+                    },
+                    rewrites
                 ),
                 figures,
             },
@@ -164,7 +173,7 @@ fn twin_name(facts: &Facts<'_>, ns: &str, name: &str) -> String {
         format!("{name}-metrics")
     };
     let base = manifest::dns_label(&base);
-    if facts.cluster.service(ns, &base).is_none() {
+    if facts.service(ns, &base).is_none() {
         base
     } else {
         manifest::dns_label(&format!("{base}-headless"))
@@ -195,7 +204,12 @@ fn twin_manifest(m: &Monitored<'_>, twin: &str, export_to: Option<&str>) -> Valu
             v
         })
         .collect();
-    let mut labels = svc.metadata.labels.clone().unwrap_or_default();
+    let mut labels = svc
+        .metadata
+        .labels
+        .as_ref()
+        .map(Labels::to_map)
+        .unwrap_or_default();
     labels.insert(JOB_LABEL.into(), name.into());
     let mut v = json!({
         "apiVersion": "v1",
@@ -216,6 +230,16 @@ fn shared_service(facts: &Facts<'_>, _: &super::Options) -> Outcome {
     let c = facts.cluster;
     if let Err(o) = require(c, &[Kind::Service, Kind::ServiceMonitor]) {
         return o;
+    }
+    // Metrics-only Services per namespace, in inventory order, for the sibling check below.
+    let mut metrics_only: BTreeMap<&str, Vec<&Monitored<'_>>> = BTreeMap::new();
+    for m in &facts.monitored {
+        if matches!(m.class, ServiceClass::MetricsOnly { .. }) {
+            metrics_only
+                .entry(ns_name(&m.service.metadata).0)
+                .or_default()
+                .push(m);
+        }
     }
     let mut findings = Vec::new();
     for m in &facts.monitored {
@@ -245,14 +269,10 @@ fn shared_service(facts: &Facts<'_>, _: &super::Options) -> Outcome {
         ));
         // A metrics-only sibling already scraping the same pods makes the twin redundant: say so.
         let selector = svc.spec.as_ref().and_then(|s| s.selector.as_ref());
-        for sibling in &facts.monitored {
+        for sibling in metrics_only.get(ns).into_iter().flatten() {
             let s = &sibling.service.obj;
             let same_pods = s.spec.as_ref().and_then(|s| s.selector.as_ref()) == selector;
-            if matches!(sibling.class, ServiceClass::MetricsOnly { .. })
-                && ns_name(&s.metadata).0 == ns
-                && same_pods
-                && sibling.scraped_ports.is_superset(&m.scraped_ports)
-            {
+            if same_pods && sibling.scraped_ports.is_superset(&m.scraped_ports) {
                 evidence.push(format!(
                     "metrics-only Service {ns}/{} already selects the same pods: excluding {name} from the \
                      ServiceMonitor (the label and expression below) may be enough",
@@ -278,7 +298,7 @@ fn shared_service(facts: &Facts<'_>, _: &super::Options) -> Outcome {
             steps.push(format!(
                 "kubectl create Service {ns}/{twin} (headless, the scraped ports only)"
             ));
-            let mut labelled = manifest::from_typed(svc);
+            let mut labelled = manifest::service(svc);
             manifest::label(&mut labelled, TRAFFIC_LABEL, "true");
             actions.push(Action {
                 verb: Verb::Replace,
@@ -408,7 +428,7 @@ fn istio_export(facts: &Facts<'_>, _: &super::Options) -> Outcome {
         let mut figures = BTreeMap::new();
         figures.insert("sidecars".into(), sidecars as f64);
         let fix = if headless {
-            let mut v = manifest::from_typed(svc);
+            let mut v = manifest::service(svc);
             manifest::annotate(&mut v, EXPORT_TO, &advised);
             Fix {
                 summary: format!("annotate it {EXPORT_TO}: \"{advised}\""),
