@@ -41,6 +41,14 @@ pub struct ResourceCache {
     pub status: FeedStatus,
 }
 
+/// One upstream change.
+#[derive(Debug, Clone)]
+pub enum Change {
+    Upsert(Arc<Entry>),
+    /// The object's last state, stamped with the deletion's version.
+    Remove(Arc<Entry>),
+}
+
 /// What a relist changed.
 #[derive(Debug, Default, PartialEq, Eq)]
 pub struct SwapStats {
@@ -151,26 +159,44 @@ impl Cache {
 
     /// An object was added or modified upstream.
     pub fn upsert(&self, r: ResId, entry: Arc<Entry>) {
-        let rv = entry.rv;
-        {
-            let mut log = self.write(r);
-            let in_order = rv > log.last_event_rv();
-            log.upsert(entry, self.recording && in_order);
-            if !in_order && self.recording {
-                // NB: an event older than one already recorded (an upstream that went back in time,
-                // e.g. restored from a backup) cannot be placed in the history: forget the history so
-                // watchers behind it relist.
-                log.compact(rv.max(self.resource_version(r)));
-            }
-        }
-        self.advance(r, rv);
+        self.apply(r, vec![Change::Upsert(entry)]);
     }
 
     /// An object was deleted upstream; `deleted` carries the deletion's version.
     pub fn remove(&self, r: ResId, deleted: Arc<Entry>) {
-        let rv = deleted.rv;
-        self.write(r).remove(deleted);
-        self.advance(r, rv);
+        self.apply(r, vec![Change::Remove(deleted)]);
+    }
+
+    /// Applies upstream changes in order under one lock, then wakes watchers once. NB: batching is
+    /// what keeps herald up with its upstream under a large fan-out: every wake-up costs each of
+    /// thousands of downstream watchers a turn, so a burst of events must cost one wake-up, not one
+    /// per event.
+    pub fn apply(&self, r: ResId, changes: Vec<Change>) {
+        let mut newest = 0;
+        {
+            let mut log = self.write(r);
+            for change in changes {
+                match change {
+                    Change::Upsert(entry) => {
+                        let rv = entry.rv;
+                        newest = newest.max(rv);
+                        let in_order = rv > log.last_event_rv();
+                        log.upsert(entry, self.recording && in_order);
+                        if !in_order && self.recording {
+                            // NB: an event older than one already recorded (an upstream that went back
+                            // in time, e.g. restored from a backup) cannot be placed in the history:
+                            // forget the history so watchers behind it relist.
+                            log.compact(rv.max(self.resource_version(r)));
+                        }
+                    }
+                    Change::Remove(deleted) => {
+                        newest = newest.max(deleted.rv);
+                        log.remove(deleted);
+                    }
+                }
+            }
+        }
+        self.advance(r, newest);
     }
 
     /// Forgets every resource's history up to its current version (an operator's or a test's

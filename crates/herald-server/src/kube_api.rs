@@ -91,8 +91,8 @@ struct Observer {
 }
 
 impl WatchObserver for Observer {
-    fn sent(&self, bytes: u64) {
-        self.events.inc();
+    fn sent(&self, lines: u64, bytes: u64) {
+        self.events.inc_by(lines);
         self.bytes.inc_by(bytes);
     }
     fn closed_slow(&self) {
@@ -141,9 +141,14 @@ impl Backend for Shared {
             .read(r)
             .list(current, ns, at, after, limit, filter)
     }
-    fn events_after(&self, r: ResId, rv: u64) -> Result<(Vec<Arc<Event>>, u64), StoreError> {
+    fn events_after(
+        &self,
+        r: ResId,
+        rv: u64,
+        max: usize,
+    ) -> Result<(Vec<Arc<Event>>, u64), StoreError> {
         let current = self.cache.resource_version(r);
-        Ok((self.cache.read(r).events_after(rv)?, current))
+        Ok((self.cache.read(r).events_after_at_most(rv, max)?, current))
     }
     fn admit(&self, verb: &str, _resource: &str) -> Result<(), ApiError> {
         let api = face(self);

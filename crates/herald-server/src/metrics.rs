@@ -154,7 +154,7 @@ impl Metrics {
         );
         r.register(
             "kube_events_sent",
-            "Watch chunks (one or more events, bookmarks or errors) sent downstream, per kind",
+            "Watch events, bookmarks and errors sent downstream, per kind",
             self.kube_events_sent.clone(),
         );
         r.register(

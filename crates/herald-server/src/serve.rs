@@ -71,6 +71,8 @@ pub enum ServeError {
     Upstream(#[from] UpstreamError),
     #[error(transparent)]
     Tokens(#[from] TokenError),
+    #[error("starting the upstream runtime: {0}")]
+    Runtime(#[source] std::io::Error),
     #[error(transparent)]
     Tls(#[from] crate::tls::TlsError),
     #[error(
@@ -188,7 +190,7 @@ fn local_addr(l: &TcpListener, addr: SocketAddr) -> Result<SocketAddr, ServeErro
         .map_err(|source| ServeError::Listen { addr, source })
 }
 
-/// A running herald.
+/// A running herald. Dropping it without `stop` ends its upstream feeds at once.
 #[derive(Debug)]
 pub struct Herald {
     shared: Arc<Shared>,
@@ -197,6 +199,41 @@ pub struct Herald {
     kube_tls: bool,
     shutdown: CancellationToken,
     tasks: Vec<JoinHandle<()>>,
+    /// The upstream feeds' own runtime (see `upstream_runtime`).
+    _upstream_rt: UpstreamRuntime,
+}
+
+/// A runtime that winds down in the background when dropped. NB: a runtime may not be dropped the
+/// ordinary way (it blocks) inside another runtime, which is where herald starts and stops.
+#[derive(Debug)]
+struct UpstreamRuntime(Option<tokio::runtime::Runtime>);
+
+impl UpstreamRuntime {
+    fn handle(&self) -> &tokio::runtime::Handle {
+        self.0.as_ref().expect("present until dropped").handle()
+    }
+}
+
+impl Drop for UpstreamRuntime {
+    fn drop(&mut self) {
+        if let Some(rt) = self.0.take() {
+            rt.shutdown_background();
+        }
+    }
+}
+
+/// The runtime the upstream client and feeds run on. NB: a runtime of their own, because with
+/// thousands of downstream watchers the serving runtime's queue holds thousands of tasks after every
+/// event, and a feed queued behind them falls behind its upstream — which then makes every watcher's
+/// backlog, and so the queue, grow.
+fn upstream_runtime() -> Result<UpstreamRuntime, ServeError> {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .thread_name("herald-upstream")
+        .enable_all()
+        .build()
+        .map(|rt| UpstreamRuntime(Some(rt)))
+        .map_err(ServeError::Runtime)
 }
 
 impl Herald {
@@ -216,7 +253,14 @@ impl Herald {
             }
             None => None,
         };
-        let client = upstream::client(kube_config, &options.user_agent)?;
+        let upstream_rt = upstream_runtime()?;
+        let ua = options.user_agent.clone();
+        // Built on the upstream runtime, so the client's own tasks run there too.
+        let client = upstream_rt
+            .handle()
+            .spawn(async move { upstream::client(kube_config, &ua) })
+            .await
+            .map_err(|e| ServeError::Runtime(std::io::Error::other(e)))??;
         let shared = match &options.kube {
             Some(k) => {
                 let mut api = k.api.clone();
@@ -230,8 +274,19 @@ impl Herald {
         let listener = bind(options.listen).await?;
         let addr = local_addr(&listener, options.listen)?;
         let shutdown = shared.shutdown_token().clone();
-        let streaming = upstream::use_streaming(&client, options.initial_list).await;
-        let mut tasks = upstream::spawn(client, shared.clone(), streaming, shutdown.clone());
+        let (feed_shared, feed_stop, mode) =
+            (shared.clone(), shutdown.clone(), options.initial_list);
+        let (streaming, mut tasks) = upstream_rt
+            .handle()
+            .spawn(async move {
+                let streaming = upstream::use_streaming(&client, mode).await;
+                (
+                    streaming,
+                    upstream::spawn(client, feed_shared, streaming, feed_stop),
+                )
+            })
+            .await
+            .map_err(|e| ServeError::Runtime(std::io::Error::other(e)))?;
 
         let mut kube_addr = None;
         if let Some(k) = &options.kube {
@@ -306,6 +361,7 @@ impl Herald {
             kube_tls: options.kube.as_ref().is_some_and(|k| k.tls.is_some()),
             shutdown,
             tasks,
+            _upstream_rt: upstream_rt,
         })
     }
 

@@ -13,7 +13,7 @@ use tokio_util::sync::CancellationToken;
 
 use kube_face::{Entry, ResId};
 
-use crate::cache::{Cache, SwapStats};
+use crate::cache::{Cache, Change, SwapStats};
 use crate::cluster::{ObjectKey, Stored, StoredObject, WatchKind};
 use crate::filter::JobSpec;
 use crate::index::{Changed, Index};
@@ -239,25 +239,36 @@ impl Shared {
     /// An upstream object was added or modified: into the cache, and into discovery when jobs read
     /// its kind.
     pub fn upsert(&self, r: ResId, entry: Arc<Entry>) {
-        self.cache.upsert(r, entry.clone());
-        if let Some(kind) = self.cache.get(r).watch_kind {
-            let obj = StoredObject {
-                kind,
-                key: ObjectKey::new(&entry.key.0, &entry.key.1),
-                stored: Stored::from_entry(entry),
-            };
-            self.update(kind, |index| index.apply(obj));
-        }
-        self.count_objects(r);
+        self.apply_changes(r, vec![Change::Upsert(entry)]);
     }
 
     /// An upstream object was deleted; `deleted` carries the deletion's version.
     pub fn remove(&self, r: ResId, deleted: Arc<Entry>) {
-        let key = ObjectKey::new(&deleted.key.0, &deleted.key.1);
-        self.cache.remove(r, deleted);
+        self.apply_changes(r, vec![Change::Remove(deleted)]);
+    }
+
+    /// A burst of upstream changes, in order: the cache takes them under one lock and wakes its
+    /// watchers once; discovery applies them one by one.
+    pub fn apply_changes(&self, r: ResId, changes: Vec<Change>) {
         if let Some(kind) = self.cache.get(r).watch_kind {
-            self.update(kind, |index| index.delete(kind, &key));
+            for change in &changes {
+                match change {
+                    Change::Upsert(entry) => {
+                        let obj = StoredObject {
+                            kind,
+                            key: ObjectKey::new(&entry.key.0, &entry.key.1),
+                            stored: Stored::from_entry(entry.clone()),
+                        };
+                        self.update(kind, |index| index.apply(obj));
+                    }
+                    Change::Remove(deleted) => {
+                        let key = ObjectKey::new(&deleted.key.0, &deleted.key.1);
+                        self.update(kind, |index| index.delete(kind, &key));
+                    }
+                }
+            }
         }
+        self.cache.apply(r, changes);
         self.count_objects(r);
     }
 

@@ -22,6 +22,7 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
+use crate::cache::Change;
 use crate::cluster::{Object, WatchKind};
 use crate::metrics::{EventLabels, Metrics};
 use crate::state::Shared;
@@ -46,6 +47,9 @@ pub enum UpstreamError {
     #[error("invalid user agent {0:?}")]
     UserAgent(String),
 }
+
+/// Watch events applied in one burst at most (bounds the lock hold and the latency of the first).
+const MAX_BURST: usize = 1000;
 
 /// Items per LIST page (client-go's reflector pages by 500 too).
 const PAGE_SIZE: usize = 500;
@@ -332,16 +336,13 @@ impl Feed {
         (!m.metadata.name.is_empty()).then_some((ns, m.metadata.name))
     }
 
-    fn apply(&self, entry: Arc<Entry>) {
-        self.count("apply");
+    /// Applies a burst of watch events (see `Cache::apply`).
+    fn flush(&self, pending: &mut Vec<Change>) {
+        if pending.is_empty() {
+            return;
+        }
         self.shared.cache.touch(self.r);
-        self.shared.upsert(self.r, entry);
-    }
-
-    fn delete(&self, entry: Arc<Entry>) {
-        self.count("delete");
-        self.shared.cache.touch(self.r);
-        self.shared.remove(self.r, entry);
+        self.shared.apply_changes(self.r, std::mem::take(pending));
     }
 
     /// A complete list at `rv` replaces the resource's state in the cache and in discovery.
@@ -471,16 +472,36 @@ impl Feed {
             from.is_none().then(|| (Vec::new(), Vec::new()));
         let mut line = Vec::new();
         let idle = Duration::from_secs(timeout + 60);
+        // Events already received are applied together when the stream has nothing more ready.
+        let mut pending: Vec<Change> = Vec::new();
         loop {
             line.clear();
-            let read = tokio::time::timeout(idle, stream.read_until(b'\n', &mut line)).await;
+            // NB: `read_until` keeps what it read in `line` when it is not ready, so polling it once
+            // and then awaiting it reads the line whole either way.
+            let ready = futures::FutureExt::now_or_never(stream.read_until(b'\n', &mut line));
+            let read = match ready {
+                Some(r) if pending.len() < MAX_BURST => Ok(r),
+                ready => {
+                    self.flush(&mut pending);
+                    match ready {
+                        Some(r) => Ok(r),
+                        None => {
+                            tokio::time::timeout(idle, stream.read_until(b'\n', &mut line)).await
+                        }
+                    }
+                }
+            };
             let n = match read {
                 Ok(Ok(n)) => n,
-                Ok(Err(e)) => return Outcome::Failed(resume(rv), format!("watch stream: {e}")),
+                Ok(Err(e)) => {
+                    self.flush(&mut pending);
+                    return Outcome::Failed(resume(rv), format!("watch stream: {e}"));
+                }
                 Err(_) => return Outcome::Failed(resume(rv), "watch stream went silent".into()),
             };
             if n == 0 {
                 // The server ended the watch (its timeout): resume where we are.
+                self.flush(&mut pending);
                 return Outcome::Next(resume(rv));
             }
             if line.iter().all(u8::is_ascii_whitespace) {
@@ -489,6 +510,7 @@ impl Feed {
             let ev: Line = match serde_json::from_slice(&line) {
                 Ok(ev) => ev,
                 Err(e) => {
+                    self.flush(&mut pending);
                     return Outcome::Failed(resume(rv), format!("undecodable watch line: {e}"));
                 }
             };
@@ -502,7 +524,10 @@ impl Feed {
                                 self.count("relist_object");
                                 buf.push(entry);
                             }
-                            None => self.apply(entry),
+                            None => {
+                                self.count("apply");
+                                pending.push(Change::Upsert(entry));
+                            }
                         }
                     }
                     Err(why) => {
@@ -524,7 +549,10 @@ impl Feed {
                         });
                         match &mut initial {
                             Some((buf, _)) => buf.retain(|e| e.key != entry.key),
-                            None => self.delete(entry),
+                            None => {
+                                self.count("delete");
+                                pending.push(Change::Remove(entry));
+                            }
                         }
                     }
                     Err(e) => self.malformed(&e.to_string()),
@@ -540,13 +568,15 @@ impl Feed {
                         .annotations
                         .get("k8s.io/initial-events-end")
                         .is_some_and(|v| v == "true");
+                    self.flush(&mut pending);
                     match initial.take() {
                         Some((buf, keep)) if end => self.swap(b, buf, keep),
-                        Some(pending) => initial = Some(pending),
+                        Some(buffered) => initial = Some(buffered),
                         None => self.shared.cache.bookmark(self.r, b),
                     }
                 }
                 "ERROR" => {
+                    self.flush(&mut pending);
                     let m: Marker = serde_json::from_slice(raw).unwrap_or_default();
                     if m.code == 410 {
                         tracing::info!(

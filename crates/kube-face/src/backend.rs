@@ -50,8 +50,8 @@ pub struct WriteRequest<'a> {
 
 /// Per-watch accounting.
 pub trait WatchObserver: Send + Sync {
-    /// A line (event, bookmark or error) of `bytes` went to the client.
-    fn sent(&self, _bytes: u64) {}
+    /// `lines` lines (events, bookmarks or errors) of `bytes` in all went to the client in one write.
+    fn sent(&self, _lines: u64, _bytes: u64) {}
     /// The watch was closed because its client stopped reading.
     fn closed_slow(&self) {}
 }
@@ -82,8 +82,14 @@ pub trait Backend: Send + Sync + 'static {
         limit: Option<usize>,
         filter: &dyn Fn(&Entry) -> bool,
     ) -> Result<Page, StoreError>;
-    /// Events after `rv`, and the RV they are complete up to.
-    fn events_after(&self, r: ResId, rv: u64) -> Result<(Vec<Arc<Event>>, u64), StoreError>;
+    /// At most `max` events after `rv`, and the RV they are complete up to (when fewer than `max`
+    /// came back; otherwise the caller continues from the last event's RV).
+    fn events_after(
+        &self,
+        r: ResId,
+        rv: u64,
+        max: usize,
+    ) -> Result<(Vec<Arc<Event>>, u64), StoreError>;
 
     /// Create, update or delete. Read-only servers keep the default: 405 with a Status.
     fn write(&self, r: ResId, req: WriteRequest<'_>) -> Result<(StatusCode, Bytes), ApiError> {

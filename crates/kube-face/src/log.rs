@@ -235,6 +235,11 @@ impl ResourceLog {
 
     /// Events after `rv`, oldest first; `Expired` when the window no longer reaches back to `rv`.
     pub fn events_after(&self, rv: u64) -> Result<Vec<Arc<Event>>, StoreError> {
+        self.events_after_at_most(rv, usize::MAX)
+    }
+
+    /// The first `max` events after `rv` (a watcher far behind takes its backlog in bounded steps).
+    pub fn events_after_at_most(&self, rv: u64, max: usize) -> Result<Vec<Arc<Event>>, StoreError> {
         if rv < self.horizon {
             return Err(StoreError::Expired {
                 requested: rv,
@@ -242,7 +247,7 @@ impl ResourceLog {
             });
         }
         let start = self.history.partition_point(|e| e.rv <= rv);
-        Ok(self.history.range(start..).cloned().collect())
+        Ok(self.history.range(start..).take(max).cloned().collect())
     }
 
     /// One page of a list at `at`, where `current` is the newest RV the log is complete to. `ns`: a

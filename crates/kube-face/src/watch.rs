@@ -30,6 +30,10 @@ use crate::status::ApiError;
 /// task waits up to `slow_watcher_timeout`, then closes the watch.
 const BUFFER_CHUNKS: usize = 64;
 
+/// Events one watcher sends per turn. NB: a watcher far behind would otherwise copy its whole backlog
+/// in one turn while thousands of others (and the feed that fills the history) wait.
+const MAX_TURN: usize = 256;
+
 /// Where a watch starts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Start {
@@ -186,6 +190,7 @@ impl<B: Backend> Watch<B> {
     /// Sends the queued lines as one chunk: one write to the connection per batch rather than per
     /// event, which is what lets thousands of watchers share a burst of events.
     async fn flush(&mut self) -> Result<(), End> {
+        let lines = self.pending.len() as u64;
         let chunk = match self.pending.len() {
             0 => return Ok(()),
             1 => self.pending.pop().expect("one line"),
@@ -201,7 +206,7 @@ impl<B: Backend> Watch<B> {
         let slow = self.backend.settings().slow_watcher_timeout;
         match self.tx.send_timeout(chunk, slow).await {
             Ok(()) => {
-                self.observer.sent(n);
+                self.observer.sent(lines, n);
                 Ok(())
             }
             Err(mpsc::error::SendTimeoutError::Closed(_)) => Err(End::ClientGone),
@@ -301,7 +306,7 @@ impl<B: Backend> Watch<B> {
         };
         loop {
             rv_rx.mark_unchanged();
-            let (events, complete_to) = match backend.events_after(r, cursor) {
+            let (events, complete_to) = match backend.events_after(r, cursor, MAX_TURN) {
                 Ok(ev) => ev,
                 Err(e) => {
                     let err = ApiError::from(e);
@@ -336,6 +341,11 @@ impl<B: Backend> Watch<B> {
                 cursor = ev.rv;
             }
             self.flush().await?;
+            if events.len() >= MAX_TURN {
+                // More to send: let the other watchers (and the upstream feed) have their turn first.
+                tokio::task::yield_now().await;
+                continue;
+            }
             // Nothing else of this resource happened up to `complete_to`: resuming from it loses
             // nothing, and it keeps the cursor inside the window while other resources churn.
             cursor = cursor.max(complete_to);

@@ -167,12 +167,12 @@ impl Meter {
         }
     }
 
-    fn watch_event(&self, resource: &str, ua: &str, bytes: u64) {
+    fn watch_event(&self, resource: &str, ua: &str, lines: u64, bytes: u64) {
         self.watch_events
             .get_or_create(&ResourceLabel {
                 resource: resource.into(),
             })
-            .inc();
+            .inc_by(lines);
         self.bytes
             .get_or_create(&VerbResource {
                 verb: "WATCH".into(),
@@ -180,7 +180,7 @@ impl Meter {
             })
             .inc_by(bytes);
         self.tables().both(resource, ua, |c| {
-            c.watch_events += 1;
+            c.watch_events += lines;
             c.bytes_sent += bytes;
         });
     }
@@ -208,9 +208,10 @@ pub struct WatchGuard {
 }
 
 impl kube_face::WatchObserver for WatchGuard {
-    /// An event (or bookmark, or error) sent on this watch.
-    fn sent(&self, bytes: u64) {
-        self.meter.watch_event(&self.resource, &self.ua, bytes);
+    /// Events (or bookmarks, or errors) sent on this watch in one write.
+    fn sent(&self, lines: u64, bytes: u64) {
+        self.meter
+            .watch_event(&self.resource, &self.ua, lines, bytes);
     }
 }
 
@@ -238,7 +239,7 @@ mod tests {
     fn watches_are_counted_open_until_their_guard_drops() {
         let m = Arc::new(Meter::new());
         let g = m.watch_opened("pods", "herald/0.1");
-        g.sent(100);
+        g.sent(1, 100);
         let (res, ua) = m.snapshot();
         assert_eq!(res["pods"].watches_open, 1);
         assert_eq!(ua["herald/0.1"].watch_events, 1);

@@ -77,8 +77,13 @@ impl Backend for Shared {
         self.store
             .list(Kind::from_id(r), ns, at, after, limit, filter)
     }
-    fn events_after(&self, r: ResId, rv: u64) -> Result<(Vec<Arc<Event>>, u64), StoreError> {
-        self.store.events_after(Kind::from_id(r), rv)
+    fn events_after(
+        &self,
+        r: ResId,
+        rv: u64,
+        max: usize,
+    ) -> Result<(Vec<Arc<Event>>, u64), StoreError> {
+        self.store.events_after(Kind::from_id(r), rv, max)
     }
     fn write(&self, r: ResId, req: WriteRequest<'_>) -> Result<(StatusCode, Bytes), ApiError> {
         crate::writes::write(&self.store, Kind::from_id(r), req)

@@ -390,9 +390,14 @@ impl Store {
 
     /// Events of a kind after `rv`, oldest first, and the global RV they are complete up to;
     /// `Expired` when the window no longer reaches back to `rv`.
-    pub fn events_after(&self, kind: Kind, rv: u64) -> Result<(Vec<Arc<Event>>, u64), StoreError> {
+    pub fn events_after(
+        &self,
+        kind: Kind,
+        rv: u64,
+        max: usize,
+    ) -> Result<(Vec<Arc<Event>>, u64), StoreError> {
         let inner = self.read();
-        Ok((inner.kinds[&kind].events_after(rv)?, inner.rv))
+        Ok((inner.kinds[&kind].events_after_at_most(rv, max)?, inner.rv))
     }
 
     /// The oldest RV a watch of this kind can still start from.

@@ -211,23 +211,23 @@ fn the_history_window_and_compaction_expire_old_resource_versions() {
             .expect("create");
     }
     assert!(matches!(
-        s.events_after(Kind::ConfigMap, start),
+        s.events_after(Kind::ConfigMap, start, usize::MAX),
         Err(StoreError::Expired { .. })
     ));
     let (recent, complete_to) = s
-        .events_after(Kind::ConfigMap, s.resource_version() - 2)
+        .events_after(Kind::ConfigMap, s.resource_version() - 2, usize::MAX)
         .expect("in window");
     assert_eq!(recent.len(), 2);
     assert_eq!(complete_to, s.resource_version());
     // Another kind's history is its own: namespaces still resume from the start.
-    assert!(s.events_after(Kind::Namespace, start).is_ok());
+    assert!(s.events_after(Kind::Namespace, start, usize::MAX).is_ok());
     s.compact();
     assert!(matches!(
-        s.events_after(Kind::Namespace, start),
+        s.events_after(Kind::Namespace, start, usize::MAX),
         Err(StoreError::Expired { .. })
     ));
     assert!(
-        s.events_after(Kind::ConfigMap, s.resource_version())
+        s.events_after(Kind::ConfigMap, s.resource_version(), usize::MAX)
             .expect("at head")
             .0
             .is_empty()
@@ -241,7 +241,9 @@ fn deleted_events_carry_the_last_state_at_the_deletion_rv() {
         .expect("create");
     let before = s.resource_version();
     s.delete(Kind::ConfigMap, "a", "x", None).expect("delete");
-    let (events, _) = s.events_after(Kind::ConfigMap, before).expect("window");
+    let (events, _) = s
+        .events_after(Kind::ConfigMap, before, usize::MAX)
+        .expect("window");
     assert_eq!(events.len(), 1);
     assert_eq!(events[0].ty, EventType::Deleted);
     let line: Value = serde_json::from_slice(&events[0].line).expect("json line");

@@ -1,0 +1,72 @@
+//! Benchmarks that run herald and kube-sim as separate processes and measure them from outside, the way
+//! an operator would: `/proc` for CPU and memory, kube-sim's load meter and herald's `/metrics` for what
+//! crossed the wire, and clients of their own for delivery.
+//!
+//! The library holds the pieces the `kube-watchers` binary's thousands of watchers share, kept cheap so
+//! the client is not what the benchmark measures: an HTTP/1.1 response head parser and chunked decoder
+//! ([`wire`]), a scanner that pulls the send time out of a watch event line without building a JSON tree
+//! ([`scan`]), a log-linear latency histogram ([`hist`]) and `/proc` readers ([`procfs`]).
+
+pub mod hist;
+pub mod procfs;
+pub mod scan;
+pub mod wire;
+
+/// Sums every series of the Prometheus text-format metric `name` (all label sets), or `None` when the
+/// exposition has no such series.
+pub fn metric_sum(text: &str, name: &str) -> Option<f64> {
+    let mut found = None;
+    for line in text.lines() {
+        let Some(rest) = line.strip_prefix(name) else {
+            continue;
+        };
+        let value = match rest.as_bytes().first() {
+            Some(b'{') => rest.rsplit_once('}').map(|(_, v)| v),
+            Some(b' ') => Some(rest),
+            _ => None,
+        };
+        if let Some(v) = value.and_then(|v| v.split_whitespace().next()?.parse::<f64>().ok()) {
+            *found.get_or_insert(0.0) += v;
+        }
+    }
+    found
+}
+
+/// The median of `values` (the mean of the middle two for an even count); `None` when empty.
+pub fn median(values: &[f64]) -> Option<f64> {
+    let mut v: Vec<f64> = values.iter().copied().filter(|x| x.is_finite()).collect();
+    if v.is_empty() {
+        return None;
+    }
+    v.sort_by(f64::total_cmp);
+    let m = v.len() / 2;
+    Some(if v.len() % 2 == 1 {
+        v[m]
+    } else {
+        (v[m - 1] + v[m]) / 2.0
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn metric_sum_adds_label_sets_and_skips_longer_names() {
+        let text = "# HELP x y\n\
+                    herald_kube_watches_open{kind=\"configmaps\"} 3\n\
+                    herald_kube_watches_open{kind=\"pods\"} 2\n\
+                    herald_kube_watches_open_total 99\n\
+                    herald_up 1\n";
+        assert_eq!(metric_sum(text, "herald_kube_watches_open"), Some(5.0));
+        assert_eq!(metric_sum(text, "herald_up"), Some(1.0));
+        assert_eq!(metric_sum(text, "missing"), None);
+    }
+
+    #[test]
+    fn median_of_odd_and_even_counts() {
+        assert_eq!(median(&[3.0, 1.0, 2.0]), Some(2.0));
+        assert_eq!(median(&[4.0, 1.0, 2.0, 3.0]), Some(2.5));
+        assert_eq!(median(&[]), None);
+    }
+}
