@@ -20,7 +20,7 @@ const BIN: &str = env!("CARGO_BIN_EXE_herald");
 
 /// Peak RSS allowed for the audit of the dump below, in KiB. Measured on this dump (25,041
 /// objects, 54 MB), `herald audit --from dump.json --output json --fix DIR`, median of 3:
-/// - before the streaming load (e0c903b, release build; debug builds allocate the same):
+/// - before the streaming load (5f6b608, release build; debug builds allocate the same):
 ///   1,296,528 KiB;
 /// - with it: 116,576 KiB (debug build, as this test runs it); release: 104,156 KiB.
 ///
