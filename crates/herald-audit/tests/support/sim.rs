@@ -118,33 +118,9 @@ pub fn read_fix(path: &Path) -> (Value, Vec<Value>) {
     (header, manifests)
 }
 
-/// Real kubectl against one simulation.
-pub struct Kubectl {
-    pub bin: PathBuf,
-    pub kubeconfig: PathBuf,
-}
-
-impl Kubectl {
-    /// Runs kubectl off the async runtime; returns (success, stdout, stderr).
-    pub async fn run(&self, args: &[&str]) -> (bool, String, String) {
-        let mut c = std::process::Command::new(&self.bin);
-        c.arg("--kubeconfig").arg(&self.kubeconfig).args(args);
-        let out = tokio::task::spawn_blocking(move || c.output().expect("kubectl runs"))
-            .await
-            .expect("join");
-        (
-            out.status.success(),
-            String::from_utf8_lossy(&out.stdout).into_owned(),
-            String::from_utf8_lossy(&out.stderr).into_owned(),
-        )
-    }
-
-    pub async fn ok(&self, args: &[&str]) -> String {
-        let (ok, out, err) = self.run(args).await;
-        assert!(ok, "kubectl {args:?} failed:\n{out}\n{err}");
-        out
-    }
-}
+/// Real kubectl against one simulation: the runner kube-sim's own tests use.
+#[allow(unused_imports)] // each test binary uses a different subset
+pub use kube_sim::peers::Kubectl;
 
 /// The fully qualified resource kubectl takes for a kind a fix acts on.
 pub fn resource(kind: &str) -> &'static str {
