@@ -9,6 +9,9 @@ use serde::Deserialize;
 
 use crate::target::{AttachMetadata, OwnerMetadata, Role};
 
+mod server;
+pub use server::ServerConfig;
+
 /// Fields of a Prometheus `kubernetes_sd_configs` entry that configure its own API client
 /// (`api_server`, `kubeconfig_file` and the inlined `config.HTTPClientConfig` of prometheus/common).
 /// Herald reads from its own upstream, so these are accepted and reported as ignored.
@@ -36,6 +39,8 @@ pub struct Config {
     pub jobs: Vec<Job>,
     /// The `kube_api:` section: herald's read-only Kubernetes API face.
     pub kube_api: KubeApiConfig,
+    /// The `server:` section: how herald's own port is secured.
+    pub server: ServerConfig,
 }
 
 /// `kube_api:`: what herald's Kubernetes API face serves and how. Resource names are resolved (and
@@ -57,6 +62,9 @@ pub struct KubeApiConfig {
     pub tls_cert_file: Option<String>,
     #[serde(default)]
     pub tls_key_file: Option<String>,
+    /// A PEM CA: clients presenting a certificate it signed are authenticated (mTLS). Needs TLS.
+    #[serde(default)]
+    pub client_ca_file: Option<String>,
     /// Serve without authentication on a non-loopback address.
     #[serde(default)]
     pub insecure: bool,
@@ -192,6 +200,8 @@ struct RawConfig {
     jobs: Option<Vec<serde_yaml::Value>>,
     #[serde(default)]
     kube_api: Option<serde_yaml::Value>,
+    #[serde(default)]
+    server: Option<serde_yaml::Value>,
 }
 
 /// A job's top level. Sections stay raw YAML so each is decoded on its own and its errors can say
@@ -281,7 +291,17 @@ pub fn parse_config(yaml: &str) -> Result<Config, ConfigError> {
             serde_yaml::from_value(v).map_err(|e| ConfigError::Yaml(format!("kube_api: {e}")))?
         }
     };
-    Ok(Config { jobs, kube_api })
+    let server = match raw.server {
+        None | Some(serde_yaml::Value::Null) => ServerConfig::default(),
+        Some(v) => {
+            serde_yaml::from_value(v).map_err(|e| ConfigError::Yaml(format!("server: {e}")))?
+        }
+    };
+    Ok(Config {
+        jobs,
+        kube_api,
+        server,
+    })
 }
 
 fn job_name(index: usize, value: &serde_yaml::Value) -> Result<String, ConfigError> {

@@ -25,7 +25,7 @@ use k8s_openapi::api::core::v1::{Endpoints, Node, Pod, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::api::networking::v1::Ingress;
 
-pub use config::{Config, ConfigError, Job, KindRef, KubeApiConfig, parse_config};
+pub use config::{Config, ConfigError, Job, KindRef, KubeApiConfig, ServerConfig, parse_config};
 pub use httpsd::{HttpSdEntry, encode_http_sd, http_sd_entries};
 pub use shard::hashmod;
 pub use target::{AttachMetadata, LabelSet, Lookup, NoLookup, OwnerMetadata, Role, TargetGroup};

@@ -29,6 +29,26 @@ pub fn app(shared: Arc<Shared>) -> Router {
         .with_state(shared)
 }
 
+/// A refused request: 401 with a `WWW-Authenticate` challenge when no credential came, 403 when a
+/// bearer token came that none of the configured ones matches.
+pub fn refuse(why: crate::auth::Refusal) -> Response {
+    let (status, message) = match why {
+        crate::auth::Refusal::Missing => (
+            StatusCode::UNAUTHORIZED,
+            "a bearer token or a client certificate is required",
+        ),
+        crate::auth::Refusal::Wrong => (StatusCode::FORBIDDEN, "the bearer token is not accepted"),
+    };
+    let mut res = (status, axum::Json(serde_json::json!({ "error": message }))).into_response();
+    if status == StatusCode::UNAUTHORIZED {
+        res.headers_mut().insert(
+            axum::http::header::WWW_AUTHENTICATE,
+            axum::http::HeaderValue::from_static("Bearer realm=\"herald\""),
+        );
+    }
+    res
+}
+
 /// An error answered as a small JSON body `{"error": "..."}` with its status code.
 #[derive(Debug, thiserror::Error)]
 pub enum ApiError {

@@ -2,15 +2,11 @@
 //! for new lists and watches, so a reconnect storm of thousands of clients gets 429 instead of
 //! flattening herald), bearer-token authentication, and metrics per downstream watch.
 
-use std::path::PathBuf;
 use std::sync::atomic::Ordering;
-use std::sync::{Arc, Mutex, RwLock};
-use std::time::{Duration, SystemTime};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use axum::Router;
-use axum::extract::{Request, State};
-use axum::http::header;
-use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use kube_face::{
     ApiError, Backend, Catalog, Entry, Event, Key, ListAt, Page, ResId, StoreError, WatchObserver,
@@ -193,133 +189,16 @@ impl Backend for Shared {
     }
 }
 
-/// Bearer tokens from a file, one per line (blank lines and `#` comments ignored), re-read when the
-/// file changes. NB: tokens are secrets: they are never logged, and comparison takes the same time
-/// whatever matches.
-#[derive(Debug)]
-pub struct Tokens {
-    path: PathBuf,
-    state: RwLock<(Option<SystemTime>, Vec<String>)>,
-}
-
-/// Why a token file could not be used.
-#[derive(Debug, thiserror::Error)]
-pub enum TokenError {
-    #[error("reading token file {path}: {source}")]
-    Read {
-        path: String,
-        #[source]
-        source: std::io::Error,
-    },
-    #[error("token file {0} holds no token")]
-    Empty(String),
-}
-
-impl Tokens {
-    pub fn load(path: PathBuf) -> Result<Tokens, TokenError> {
-        let t = Tokens {
-            path,
-            state: RwLock::new((None, vec![])),
-        };
-        t.reload()?;
-        Ok(t)
-    }
-
-    /// Re-reads the file if it changed. On error the previous tokens stay in force.
-    pub fn reload(&self) -> Result<bool, TokenError> {
-        let read_err = |source| TokenError::Read {
-            path: self.path.display().to_string(),
-            source,
-        };
-        let mtime = std::fs::metadata(&self.path)
-            .and_then(|m| m.modified())
-            .map_err(read_err)?;
-        if self.state.read().expect("token lock").0 == Some(mtime) {
-            return Ok(false);
-        }
-        let text = std::fs::read_to_string(&self.path).map_err(read_err)?;
-        let tokens: Vec<String> = text
-            .lines()
-            .map(str::trim)
-            .filter(|l| !l.is_empty() && !l.starts_with('#'))
-            .map(str::to_string)
-            .collect();
-        if tokens.is_empty() {
-            return Err(TokenError::Empty(self.path.display().to_string()));
-        }
-        *self.state.write().expect("token lock") = (Some(mtime), tokens);
-        Ok(true)
-    }
-
-    pub fn accepts(&self, presented: &str) -> bool {
-        let state = self.state.read().expect("token lock");
-        state.1.iter().fold(false, |ok, t| {
-            ok | constant_time_eq(t.as_bytes(), presented.as_bytes())
-        })
-    }
-
-    /// Re-reads the file every `every` until `stop`.
-    pub async fn watch_file(
-        self: Arc<Self>,
-        every: Duration,
-        stop: tokio_util::sync::CancellationToken,
-    ) {
-        loop {
-            tokio::select! {
-                _ = stop.cancelled() => return,
-                _ = tokio::time::sleep(every) => {}
-            }
-            match self.reload() {
-                Ok(true) => tracing::info!(path = %self.path.display(), "token file reloaded"),
-                Ok(false) => {}
-                Err(e) => {
-                    tracing::warn!(error = %e, "token file unusable; keeping the previous tokens")
-                }
-            }
-        }
-    }
-}
-
-fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
-    if a.len() != b.len() {
-        return false;
-    }
-    a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
-}
-
-/// The Kubernetes API router over `shared`; with `tokens`, every request needs one of them.
-pub fn router(shared: Arc<Shared>, tokens: Option<Arc<Tokens>>) -> Router {
-    let metrics = shared.metrics.clone();
-    let api = kube_face::router(shared).fallback(|| async {
+/// The Kubernetes API router over `shared` (authentication is put in front by `auth::guard`).
+pub fn router(shared: Arc<Shared>) -> Router {
+    kube_face::router(shared).fallback(|| async {
         ApiError::not_found("the server could not find the requested resource")
-    });
-    match tokens {
-        None => api,
-        Some(tokens) => api.layer(middleware::from_fn_with_state(
-            (tokens, metrics),
-            authenticate,
-        )),
-    }
+    })
 }
 
-async fn authenticate(
-    State((tokens, metrics)): State<(Arc<Tokens>, Metrics)>,
-    req: Request,
-    next: Next,
-) -> Response {
-    let presented = req
-        .headers()
-        .get(header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "))
-        .map(str::trim);
-    match presented {
-        Some(t) if tokens.accepts(t) => next.run(req).await,
-        _ => {
-            metrics.kube_auth_refused.inc();
-            ApiError::new(401, "Unauthorized", "Unauthorized").into_response()
-        }
-    }
+/// A refused request, as the apiserver answers one: 401 whether the token is missing or wrong.
+pub fn refuse(_: crate::auth::Refusal) -> Response {
+    ApiError::new(401, "Unauthorized", "Unauthorized").into_response()
 }
 
 /// Whether the face is usable yet: every served resource has synced once.
@@ -333,39 +212,6 @@ pub fn synced(shared: &Shared) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn tokens_are_read_from_a_file_reloaded_on_change_and_kept_when_it_breaks() {
-        let dir = std::env::temp_dir().join(format!("herald-tokens-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).expect("tmp");
-        let path = dir.join("tokens");
-        std::fs::write(&path, "# comment\nalpha\n\n").expect("write");
-        let t = Tokens::load(path.clone()).expect("valid");
-        assert!(t.accepts("alpha"));
-        assert!(!t.accepts("alph"));
-        assert!(!t.accepts("beta"));
-        std::thread::sleep(Duration::from_millis(20));
-        std::fs::write(&path, "beta\n").expect("write");
-        // make sure the mtime differs even on coarse clocks
-        let later = SystemTime::now() + Duration::from_secs(2);
-        std::fs::File::options()
-            .write(true)
-            .open(&path)
-            .and_then(|f| f.set_modified(later))
-            .expect("touch");
-        assert!(t.reload().expect("reloaded"));
-        assert!(t.accepts("beta") && !t.accepts("alpha"));
-        std::fs::write(&path, "\n").expect("write");
-        std::fs::File::options()
-            .write(true)
-            .open(&path)
-            .and_then(|f| f.set_modified(later + Duration::from_secs(2)))
-            .expect("touch");
-        assert!(t.reload().is_err(), "an empty file is refused");
-        assert!(t.accepts("beta"), "the previous tokens stay");
-        assert!(Tokens::load(dir.join("missing")).is_err());
-        let _ = std::fs::remove_dir_all(&dir);
-    }
 
     #[test]
     fn the_admission_bucket_refuses_past_its_burst_and_refills() {

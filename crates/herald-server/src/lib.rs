@@ -8,6 +8,7 @@
 //! (encoded bodies + ETags per job/shard/generation), `state` (what tasks and handlers share),
 //! `upstream` (watch tasks), `http` (axum router), `serve` (wiring).
 
+pub mod auth;
 pub mod cache;
 pub mod cluster;
 pub mod filter;
@@ -22,6 +23,7 @@ pub mod state;
 pub mod tls;
 pub mod upstream;
 
+pub use auth::Security;
 pub use cluster::{Object, ObjectKey, StoredObject, WatchKind};
 pub use filter::{FilterError, JobFilter, JobSpec};
 pub use fragment::Fragment;

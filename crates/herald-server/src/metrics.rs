@@ -71,6 +71,7 @@ pub struct Metrics {
     pub kube_watchers_closed_slow: Family<KindLabels, Counter>,
     pub kube_admission_refused: Family<VerbLabels, Counter>,
     pub kube_auth_refused: Counter,
+    pub http_auth_refused: Counter,
 }
 
 impl Metrics {
@@ -176,6 +177,11 @@ impl Metrics {
             "kube_auth_refused",
             "Kubernetes API requests refused for a missing or wrong bearer token",
             self.kube_auth_refused.clone(),
+        );
+        r.register(
+            "http_auth_refused",
+            "Service discovery, status and metrics requests refused for a missing or wrong credential",
+            self.http_auth_refused.clone(),
         );
         r
     }

@@ -9,8 +9,8 @@ use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
+use crate::auth::{AuthError, Security, TokenError};
 use crate::filter::{FilterError, JobSpec};
-use crate::kube_api::{TokenError, Tokens};
 use crate::state::{KubeApiOptions, Shared};
 use crate::upstream::{self, InitialList, UpstreamError};
 
@@ -29,6 +29,8 @@ pub struct ServeOptions {
     pub user_agent: String,
     /// The Kubernetes API face, when it is on.
     pub kube: Option<KubeServeOptions>,
+    /// Tokens, TLS and client certificates for `listen` (service discovery, status, metrics).
+    pub security: Security,
 }
 
 impl Default for ServeOptions {
@@ -38,6 +40,7 @@ impl Default for ServeOptions {
             initial_list: InitialList::Auto,
             user_agent: USER_AGENT.to_string(),
             kube: None,
+            security: Security::default(),
         }
     }
 }
@@ -62,6 +65,17 @@ pub struct KubeServeOptions {
     pub tls: Option<crate::tls::TlsFiles>,
 }
 
+impl KubeServeOptions {
+    /// How the face's port is secured.
+    pub fn security(&self) -> Security {
+        Security {
+            token_file: self.token_file.clone(),
+            tls: self.tls.clone(),
+            insecure: self.insecure,
+        }
+    }
+}
+
 /// Why herald could not start.
 #[derive(Debug, thiserror::Error)]
 pub enum ServeError {
@@ -75,10 +89,8 @@ pub enum ServeError {
     Runtime(#[source] std::io::Error),
     #[error(transparent)]
     Tls(#[from] crate::tls::TlsError),
-    #[error(
-        "refusing to serve the Kubernetes API on {0} without authentication: it exposes every cached object; give a token file, listen on loopback, or pass --kube-insecure"
-    )]
-    Unauthenticated(SocketAddr),
+    #[error(transparent)]
+    Auth(#[from] AuthError),
     #[error(
         "kube_api.kinds: {0:?} is not a built-in resource (name custom resources by group, version and resource)"
     )]
@@ -179,6 +191,39 @@ pub fn job_specs(
         .collect()
 }
 
+/// Serves `app` on `listener` until `shutdown`: over TLS when `tls` is given, else plain HTTP with a
+/// bounded grace period for requests in flight (a long-poll must not hold the process up).
+async fn serve_port(
+    listener: TcpListener,
+    app: axum::Router,
+    tls: Option<Arc<crate::tls::Reloading>>,
+    shutdown: CancellationToken,
+) {
+    if let Some(tls) = tls {
+        return crate::tls::serve(listener, tls, app, shutdown).await;
+    }
+    let serve =
+        axum::serve(listener, app).with_graceful_shutdown(shutdown.clone().cancelled_owned());
+    tokio::select! {
+        res = serve => if let Err(e) = res {
+            tracing::error!(error = %e, "http server failed");
+        },
+        () = async { shutdown.cancelled().await; tokio::time::sleep(SHUTDOWN_GRACE).await } => {
+            tracing::warn!("http shutdown grace period over; dropping open requests");
+        }
+    }
+}
+
+/// The TLS state of a port, loaded now so bad files stop start-up.
+fn load_tls(security: &Security) -> Result<Option<Arc<crate::tls::Reloading>>, ServeError> {
+    Ok(security
+        .tls
+        .clone()
+        .map(crate::tls::Reloading::new)
+        .transpose()?
+        .map(Arc::new))
+}
+
 async fn bind(addr: SocketAddr) -> Result<TcpListener, ServeError> {
     TcpListener::bind(addr)
         .await
@@ -197,6 +242,8 @@ pub struct Herald {
     addr: SocketAddr,
     kube_addr: Option<SocketAddr>,
     kube_tls: bool,
+    /// Whether `addr` serves TLS.
+    tls: bool,
     shutdown: CancellationToken,
     tasks: Vec<JoinHandle<()>>,
     /// The upstream feeds' own runtime (see `upstream_runtime`).
@@ -243,16 +290,16 @@ impl Herald {
         kube_config: kube::Config,
         options: ServeOptions,
     ) -> Result<Herald, ServeError> {
-        let tokens = match &options.kube {
-            Some(k) => {
-                let tokens = k.token_file.clone().map(Tokens::load).transpose()?;
-                if tokens.is_none() && !k.insecure && !k.listen.ip().is_loopback() {
-                    return Err(ServeError::Unauthenticated(k.listen));
-                }
-                tokens.map(Arc::new)
-            }
-            None => None,
-        };
+        options
+            .security
+            .check_exposure("service discovery", options.listen)?;
+        let sd_tls = load_tls(&options.security)?;
+        // Read now so a missing token file stops start-up before anything is served.
+        options.security.tokens()?;
+        if let Some(k) = &options.kube {
+            k.security().check_exposure("Kubernetes API", k.listen)?;
+            k.security().tokens()?;
+        }
         let upstream_rt = upstream_runtime()?;
         let ua = options.user_agent.clone();
         // Built on the upstream runtime, so the client's own tasks run there too.
@@ -293,19 +340,15 @@ impl Herald {
             let kube_listener = bind(k.listen).await?;
             let at = local_addr(&kube_listener, k.listen)?;
             kube_addr = Some(at);
-            if let Some(t) = &tokens {
-                tasks.push(tokio::spawn(
-                    t.clone()
-                        .watch_file(Duration::from_secs(2), shutdown.clone()),
-                ));
-            }
-            let app = crate::kube_api::router(shared.clone(), tokens.clone());
-            let tls = k
-                .tls
-                .clone()
-                .map(crate::tls::Reloading::new)
-                .transpose()?
-                .map(Arc::new);
+            let security = k.security();
+            let app = crate::auth::guard(
+                crate::kube_api::router(shared.clone()),
+                &security,
+                shared.metrics.kube_auth_refused.clone(),
+                crate::kube_api::refuse,
+                &shutdown,
+            )?;
+            let tls = load_tls(&security)?;
             let stop = shutdown.clone();
             let closing = shared.clone();
             let closer = stop.clone();
@@ -315,50 +358,38 @@ impl Herald {
                     api.close_watches();
                 }
             }));
-            let server = async move {
-                match tls {
-                    Some(tls) => crate::tls::serve(kube_listener, tls, app, stop).await,
-                    None => {
-                        let serve = axum::serve(kube_listener, app)
-                            .with_graceful_shutdown(stop.cancelled_owned());
-                        if let Err(e) = serve.await {
-                            tracing::error!(error = %e, "kube API server failed");
-                        }
-                    }
-                }
-            };
             tasks.push(tokio::spawn(tracing::Instrument::instrument(
-                server,
+                serve_port(kube_listener, app, tls, stop),
                 tracing::info_span!("kube-api", addr = %at),
             )));
-            tracing::info!(addr = %at, auth = tokens.is_some(), tls = k.tls.is_some(), "serving the Kubernetes API");
+            tracing::info!(addr = %at, auth = security.authenticates(), tls = k.tls.is_some(), "serving the Kubernetes API");
         }
 
-        let app = crate::http::app(shared.clone());
-        let stop = shutdown.clone();
-        let server = async move {
-            let serve =
-                axum::serve(listener, app).with_graceful_shutdown(stop.clone().cancelled_owned());
-            // Graceful shutdown, bounded: a long-poll must not hold the process up.
-            tokio::select! {
-                res = serve => if let Err(e) = res {
-                    tracing::error!(error = %e, "http server failed");
-                },
-                () = async { stop.cancelled().await; tokio::time::sleep(SHUTDOWN_GRACE).await } => {
-                    tracing::warn!("http shutdown grace period over; dropping open requests");
-                }
-            }
-        };
+        let app = crate::auth::guard(
+            crate::http::app(shared.clone()),
+            &options.security,
+            shared.metrics.http_auth_refused.clone(),
+            crate::http::refuse,
+            &shutdown,
+        )?;
         tasks.push(tokio::spawn(tracing::Instrument::instrument(
-            server,
+            serve_port(listener, app, sd_tls, shutdown.clone()),
             tracing::info_span!("http", %addr),
         )));
-        tracing::info!(%addr, jobs = shared.jobs().len(), streaming, "herald serving");
+        tracing::info!(
+            %addr,
+            jobs = shared.jobs().len(),
+            streaming,
+            auth = options.security.authenticates(),
+            tls = options.security.tls.is_some(),
+            "herald serving"
+        );
         Ok(Herald {
             shared,
             addr,
             kube_addr,
             kube_tls: options.kube.as_ref().is_some_and(|k| k.tls.is_some()),
+            tls: options.security.tls.is_some(),
             shutdown,
             tasks,
             _upstream_rt: upstream_rt,
@@ -369,9 +400,10 @@ impl Herald {
         self.addr
     }
 
-    /// `http://ADDR`.
+    /// `http://ADDR`, or `https://ADDR` with TLS.
     pub fn url(&self) -> String {
-        format!("http://{}", self.addr)
+        let scheme = if self.tls { "https" } else { "http" };
+        format!("{scheme}://{}", self.addr)
     }
 
     /// `http://ADDR` (or `https://` with TLS) of the Kubernetes API face, when it is on.

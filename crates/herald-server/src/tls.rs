@@ -1,6 +1,8 @@
 //! TLS for a serving port (rustls): a certificate chain and key from PEM files, re-read when either
 //! file changes so a rotated certificate (cert-manager, a mounted Secret) takes effect without a
-//! restart, and an accept loop that serves an axum router over it.
+//! restart, optionally client certificates verified against a CA file (mTLS; also re-read), and an
+//! accept loop that serves an axum router over it, marking requests whose client certificate
+//! verified (`auth::VerifiedClient`).
 //!
 //! NB: client-go sends bearer tokens only over TLS, so the Kubernetes API face needs TLS for its
 //! tokens to reach it from kubectl or any informer.
@@ -25,6 +27,8 @@ pub enum TlsError {
     Cert { path: String, message: String },
     #[error("reading TLS key {path}: {message}")]
     Key { path: String, message: String },
+    #[error("reading client CA {path}: {message}")]
+    ClientCa { path: String, message: String },
     #[error("TLS certificate {cert} and key {key} do not form a usable pair: {message}")]
     Config {
         cert: String,
@@ -33,17 +37,68 @@ pub enum TlsError {
     },
 }
 
-/// Certificate and key files.
+/// Certificate and key files, and the CA that client certificates must chain to (mTLS).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TlsFiles {
     pub cert: PathBuf,
     pub key: PathBuf,
+    /// With it, clients may present a certificate signed by this CA (PEM) instead of a token; one
+    /// that does not verify fails the handshake.
+    pub client_ca: Option<PathBuf>,
 }
 
+type Mtimes = (SystemTime, SystemTime, Option<SystemTime>);
+
 impl TlsFiles {
-    fn mtimes(&self) -> Option<(SystemTime, SystemTime)> {
+    /// Server certificate and key, no client certificates.
+    pub fn new(cert: PathBuf, key: PathBuf) -> TlsFiles {
+        TlsFiles {
+            cert,
+            key,
+            client_ca: None,
+        }
+    }
+
+    fn mtimes(&self) -> Option<Mtimes> {
         let m = |p: &PathBuf| std::fs::metadata(p).and_then(|m| m.modified()).ok();
-        Some((m(&self.cert)?, m(&self.key)?))
+        let ca = match &self.client_ca {
+            Some(p) => Some(m(p)?),
+            None => None,
+        };
+        Some((m(&self.cert)?, m(&self.key)?, ca))
+    }
+
+    /// A verifier accepting client certificates that chain to `client_ca`, and clients without one
+    /// (they may still bring a token; the gate decides).
+    fn client_verifier(
+        &self,
+        provider: &Arc<rustls::crypto::CryptoProvider>,
+    ) -> Result<Option<Arc<dyn rustls::server::danger::ClientCertVerifier>>, TlsError> {
+        let Some(path) = &self.client_ca else {
+            return Ok(None);
+        };
+        let err = |message: String| TlsError::ClientCa {
+            path: path.display().to_string(),
+            message,
+        };
+        let mut roots = rustls::RootCertStore::empty();
+        let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(path)
+            .and_then(|it| it.collect::<Result<_, _>>())
+            .map_err(|e| err(e.to_string()))?;
+        if certs.is_empty() {
+            return Err(err("no certificate in the file".into()));
+        }
+        for c in certs {
+            roots.add(c).map_err(|e| err(e.to_string()))?;
+        }
+        rustls::server::WebPkiClientVerifier::builder_with_provider(
+            Arc::new(roots),
+            provider.clone(),
+        )
+        .allow_unauthenticated()
+        .build()
+        .map(Some)
+        .map_err(|e| err(e.to_string()))
     }
 
     /// A server config from the files as they are now.
@@ -67,9 +122,16 @@ impl TlsFiles {
             message: e.to_string(),
         })?;
         let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let verifier = self.client_verifier(&provider)?;
         let mut config = rustls::ServerConfig::builder_with_provider(provider)
             .with_safe_default_protocol_versions()
-            .and_then(|b| b.with_no_client_auth().with_single_cert(certs, key))
+            .and_then(|b| {
+                match verifier {
+                    Some(v) => b.with_client_cert_verifier(v),
+                    None => b.with_no_client_auth(),
+                }
+                .with_single_cert(certs, key)
+            })
             .map_err(|e| TlsError::Config {
                 cert: cert_path,
                 key: key_path,
@@ -91,7 +153,7 @@ pub struct Reloading {
 #[derive(Debug)]
 struct ReloadState {
     config: Arc<rustls::ServerConfig>,
-    mtimes: Option<(SystemTime, SystemTime)>,
+    mtimes: Option<Mtimes>,
     checked: std::time::Instant,
 }
 
@@ -169,9 +231,21 @@ pub async fn serve(
                     return;
                 }
             };
-            let svc = hyper_util::service::TowerToHyperService::new(
-                router.map_request(|r: Request<hyper::body::Incoming>| r.map(Body::new)),
-            );
+            // NB: the verifier only lets a client certificate through if it chains to the client CA.
+            let verified = tls_stream
+                .get_ref()
+                .1
+                .peer_certificates()
+                .is_some_and(|c| !c.is_empty());
+            let svc = hyper_util::service::TowerToHyperService::new(router.map_request(
+                move |r: Request<hyper::body::Incoming>| {
+                    let mut r = r.map(Body::new);
+                    if verified {
+                        r.extensions_mut().insert(crate::auth::VerifiedClient);
+                    }
+                    r
+                },
+            ));
             let io = hyper_util::rt::TokioIo::new(tls_stream);
             let builder =
                 hyper_util::server::conn::auto::Builder::new(hyper_util::rt::TokioExecutor::new());
@@ -194,16 +268,10 @@ mod tests {
         std::fs::create_dir_all(&dir).expect("tmp");
         std::fs::write(dir.join("cert.pem"), "not a certificate").expect("write");
         std::fs::write(dir.join("key.pem"), "not a key").expect("write");
-        let files = TlsFiles {
-            cert: dir.join("cert.pem"),
-            key: dir.join("key.pem"),
-        };
+        let files = TlsFiles::new(dir.join("cert.pem"), dir.join("key.pem"));
         let e = files.load().expect_err("garbage");
         assert!(e.to_string().contains("cert.pem"), "{e}");
-        let missing = TlsFiles {
-            cert: dir.join("nope.pem"),
-            key: dir.join("key.pem"),
-        };
+        let missing = TlsFiles::new(dir.join("nope.pem"), dir.join("key.pem"));
         assert!(
             missing
                 .load()

@@ -130,7 +130,7 @@ async fn kubectl_gets_selects_and_watches_through_herald_with_a_bearer_token() {
                 custom: vec![],
                 token_file: Some(token_file.clone()),
                 insecure: false,
-                tls: Some(herald_server::tls::TlsFiles { cert, key }),
+                tls: Some(herald_server::tls::TlsFiles::new(cert, key)),
             }),
             ..herald_server::ServeOptions::default()
         },

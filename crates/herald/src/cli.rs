@@ -69,9 +69,28 @@ pub struct ServeArgs {
     /// A kubeconfig file to reach the apiserver with (its current context).
     #[arg(long, value_name = "PATH")]
     pub kubeconfig: Option<PathBuf>,
-    /// Where to serve HTTP SD, /metrics, /healthz and /readyz.
-    #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:9095")]
-    pub listen: SocketAddr,
+    /// Where to serve HTTP SD, the status page, /metrics, /healthz and /readyz; overrides
+    /// `server.listen` [default: 127.0.0.1:9095].
+    #[arg(long, value_name = "ADDR")]
+    pub listen: Option<SocketAddr>,
+    /// Bearer tokens for --listen, one per line, re-read when the file changes; overrides
+    /// `server.token_file`. Without a token: 401; with a wrong one: 403.
+    #[arg(long, value_name = "PATH")]
+    pub token_file: Option<PathBuf>,
+    /// PEM certificate chain for --listen (TLS; re-read when it changes); overrides
+    /// `server.tls_cert_file`.
+    #[arg(long, value_name = "PATH", requires = "tls_key")]
+    pub tls_cert: Option<PathBuf>,
+    /// PEM private key for `--tls-cert`; overrides `server.tls_key_file`.
+    #[arg(long, value_name = "PATH", requires = "tls_cert")]
+    pub tls_key: Option<PathBuf>,
+    /// PEM CA for --listen: a client certificate it signed authenticates (mTLS); overrides
+    /// `server.client_ca_file`.
+    #[arg(long, value_name = "PATH")]
+    pub client_ca: Option<PathBuf>,
+    /// Serve --listen on a non-loopback address without authentication.
+    #[arg(long)]
+    pub insecure: bool,
     /// herald's own namespace, for jobs with `namespaces.own_namespace: true` (else the
     /// service-account namespace file, as Prometheus reads it).
     #[arg(long, value_name = "NAME", env = "POD_NAMESPACE")]
@@ -96,6 +115,10 @@ pub struct ServeArgs {
     /// PEM private key for `--kube-tls-cert`; overrides `kube_api.tls_key_file`.
     #[arg(long, value_name = "PATH", requires = "kube_tls_cert")]
     pub kube_tls_key: Option<PathBuf>,
+    /// PEM CA for the Kubernetes API: a client certificate it signed authenticates (mTLS);
+    /// overrides `kube_api.client_ca_file`.
+    #[arg(long, value_name = "PATH")]
+    pub kube_client_ca: Option<PathBuf>,
 }
 
 #[derive(Debug, Args)]

@@ -2,8 +2,12 @@
 //! build the upstream client config, run until SIGINT/SIGTERM.
 
 use anyhow::Context as _;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
 use herald_server::{
-    Herald, KubeApiOptions, KubeServeOptions, ServeOptions, USER_AGENT, job_specs, kube_kinds,
+    Herald, KubeApiOptions, KubeServeOptions, Security, ServeOptions, USER_AGENT, job_specs,
+    kube_kinds,
 };
 
 use crate::cli::ServeArgs;
@@ -25,15 +29,17 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
         .with_context(|| format!("job file {}", args.config.display()))?;
     let kube_config = kube_config(&args).await?;
     let kube = kube_options(&args, &config.kube_api)?;
+    let (listen, security) = server_options(&args, &config.server)?;
 
     let herald = Herald::start(
         specs,
         kube_config,
         ServeOptions {
-            listen: args.listen,
+            listen,
             initial_list: args.initial_list.into(),
             user_agent: USER_AGENT.to_string(),
             kube,
+            security,
         },
     )
     .await?;
@@ -85,26 +91,66 @@ fn kube_options(
             .clone()
             .or_else(|| cfg.token_file.clone().map(Into::into)),
         insecure: args.kube_insecure || cfg.insecure,
-        tls: tls_files(args, cfg)?,
+        tls: tls_files(
+            "kube_api",
+            [
+                (&args.kube_tls_cert, &cfg.tls_cert_file),
+                (&args.kube_tls_key, &cfg.tls_key_file),
+                (&args.kube_client_ca, &cfg.client_ca_file),
+            ],
+        )?,
     }))
 }
 
-fn tls_files(
+/// herald's own port and its security: the config file's `server:` section, flags winning.
+fn server_options(
     args: &ServeArgs,
-    cfg: &herald_core::KubeApiConfig,
+    cfg: &herald_core::ServerConfig,
+) -> anyhow::Result<(SocketAddr, Security)> {
+    let listen = match (args.listen, &cfg.listen) {
+        (Some(a), _) => a,
+        (None, Some(s)) => s
+            .parse()
+            .with_context(|| format!("server.listen {s:?} is not an address (host:port)"))?,
+        (None, None) => SocketAddr::from(([127, 0, 0, 1], 9095)),
+    };
+    let security = Security {
+        token_file: pick(&args.token_file, &cfg.token_file),
+        tls: tls_files(
+            "server",
+            [
+                (&args.tls_cert, &cfg.tls_cert_file),
+                (&args.tls_key, &cfg.tls_key_file),
+                (&args.client_ca, &cfg.client_ca_file),
+            ],
+        )?,
+        insecure: args.insecure || cfg.insecure,
+    };
+    Ok((listen, security))
+}
+
+/// A flag, else the config file's value.
+fn pick(flag: &Option<PathBuf>, file: &Option<String>) -> Option<PathBuf> {
+    flag.clone().or_else(|| file.clone().map(Into::into))
+}
+
+/// Certificate, key and client CA of `section`, each (flag, file value).
+fn tls_files(
+    section: &str,
+    [cert, key, ca]: [(&Option<PathBuf>, &Option<String>); 3],
 ) -> anyhow::Result<Option<herald_server::tls::TlsFiles>> {
-    let cert = args
-        .kube_tls_cert
-        .clone()
-        .or_else(|| cfg.tls_cert_file.clone().map(Into::into));
-    let key = args
-        .kube_tls_key
-        .clone()
-        .or_else(|| cfg.tls_key_file.clone().map(Into::into));
-    match (cert, key) {
-        (Some(cert), Some(key)) => Ok(Some(herald_server::tls::TlsFiles { cert, key })),
+    let client_ca = pick(ca.0, ca.1);
+    match (pick(cert.0, cert.1), pick(key.0, key.1)) {
+        (Some(cert), Some(key)) => Ok(Some(herald_server::tls::TlsFiles {
+            cert,
+            key,
+            client_ca,
+        })),
+        (None, None) if client_ca.is_some() => {
+            anyhow::bail!("{section}: a client CA needs TLS (a certificate and its key)")
+        }
         (None, None) => Ok(None),
-        _ => anyhow::bail!("kube_api: a TLS certificate needs its key and a key its certificate"),
+        _ => anyhow::bail!("{section}: a TLS certificate needs its key and a key its certificate"),
     }
 }
 
@@ -237,5 +283,42 @@ mod tests {
         assert!(
             bad("jobs: []\nkube_api: {listen: '127.0.0.1:1', tls_cert_file: /c}\n").contains("TLS")
         );
+    }
+
+    #[test]
+    fn the_server_section_secures_herald_s_own_port_and_flags_win_over_it() {
+        let cfg = herald_core::parse_config(
+            "jobs: []\nserver:\n  listen: 0.0.0.0:9095\n  token_file: /t\n  tls_cert_file: /c\n  tls_key_file: /k\n  client_ca_file: /ca\n",
+        )
+        .expect("valid")
+        .server;
+        let (listen, sec) = server_options(&serve_args(&[]), &cfg).expect("ok");
+        assert_eq!(listen.to_string(), "0.0.0.0:9095");
+        assert_eq!(sec.token_file.as_deref(), Some(std::path::Path::new("/t")));
+        let tls = sec.tls.expect("tls");
+        assert_eq!(tls.client_ca.as_deref(), Some(std::path::Path::new("/ca")));
+        let (listen, sec) = server_options(
+            &serve_args(&[
+                "--listen",
+                "127.0.0.1:1",
+                "--token-file",
+                "/x",
+                "--insecure",
+            ]),
+            &cfg,
+        )
+        .expect("ok");
+        assert_eq!(listen.to_string(), "127.0.0.1:1");
+        assert_eq!(sec.token_file.as_deref(), Some(std::path::Path::new("/x")));
+        assert!(sec.insecure);
+        let (listen, sec) =
+            server_options(&serve_args(&[]), &herald_core::ServerConfig::default()).expect("ok");
+        assert_eq!(listen.to_string(), "127.0.0.1:9095");
+        assert!(!sec.authenticates());
+        let ca_only = herald_core::parse_config("jobs: []\nserver: {client_ca_file: /ca}\n")
+            .expect("valid")
+            .server;
+        let e = server_options(&serve_args(&[]), &ca_only).expect_err("refused");
+        assert!(e.to_string().contains("client CA needs TLS"), "{e}");
     }
 }

@@ -411,3 +411,19 @@ fn the_kube_api_section_takes_builtin_and_custom_kinds_and_rejects_unknown_field
         KubeApiConfig::default()
     );
 }
+
+#[test]
+fn the_server_section_takes_tls_tokens_and_a_client_ca_and_rejects_unknown_fields() {
+    let cfg = parse_config(
+        "jobs: []\nserver:\n  listen: 0.0.0.0:9095\n  token_file: /t\n  tls_cert_file: /c\n  tls_key_file: /k\n  client_ca_file: /ca\n",
+    )
+    .expect("valid");
+    assert_eq!(cfg.server.listen.as_deref(), Some("0.0.0.0:9095"));
+    assert_eq!(cfg.server.client_ca_file.as_deref(), Some("/ca"));
+    assert!(!cfg.server.insecure);
+    let e = parse_config("jobs: []\nserver:\n  tokens: /t\n").expect_err("unknown key");
+    assert!(
+        e.to_string().contains("server") && e.to_string().contains("tokens"),
+        "{e}"
+    );
+}
