@@ -1,9 +1,11 @@
-//! herald's HTTP faces: HTTP service discovery under `/sd/v1`, and the admin endpoints
-//! (`/healthz`, `/readyz`, `/metrics`). `app` builds the router so tests drive it without a socket.
+//! herald's HTTP faces: HTTP service discovery under `/sd/v1`, the admin endpoints (`/healthz`,
+//! `/readyz`, `/metrics`) and the status page (`/`, `/status.json`). `app` builds the router so tests
+//! drive it without a socket.
 
 mod admin;
 mod query;
 mod sd;
+pub mod status;
 
 use std::sync::Arc;
 
@@ -18,10 +20,15 @@ pub use query::{QueryError, SdQuery, parse_duration};
 
 /// The whole HTTP surface over `shared`.
 pub fn app(shared: Arc<Shared>) -> Router {
+    let sd = Router::new().route("/sd/v1/{job}", get(sd::job)).layer(
+        axum::middleware::from_fn_with_state(shared.clone(), crate::status::record_consumer),
+    );
     Router::new()
+        .merge(sd)
+        .route("/", get(status::page))
+        .route("/status.json", get(status::json))
         .route("/sd/v1", get(sd::list_jobs))
         .route("/sd/v1/", get(sd::list_jobs))
-        .route("/sd/v1/{job}", get(sd::job))
         .route("/healthz", get(admin::healthz))
         .route("/readyz", get(admin::readyz))
         .route("/metrics", get(admin::metrics))

@@ -20,6 +20,7 @@ pub mod metrics;
 pub mod serve;
 pub mod snapshot;
 pub mod state;
+pub mod status;
 pub mod tls;
 pub mod upstream;
 

@@ -202,8 +202,11 @@ async fn serve_port(
     if let Some(tls) = tls {
         return crate::tls::serve(listener, tls, app, shutdown).await;
     }
-    let serve =
-        axum::serve(listener, app).with_graceful_shutdown(shutdown.clone().cancelled_owned());
+    let serve = axum::serve(
+        listener,
+        app.into_make_service_with_connect_info::<SocketAddr>(),
+    )
+    .with_graceful_shutdown(shutdown.clone().cancelled_owned());
     tokio::select! {
         res = serve => if let Err(e) = res {
             tracing::error!(error = %e, "http server failed");

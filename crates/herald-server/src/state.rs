@@ -76,6 +76,8 @@ pub struct Shared {
     registry: Registry,
     /// SD responses sent (200 and 304), for the demo's summary line.
     pub served: AtomicU64,
+    /// Recent service discovery consumers, for the status page.
+    pub consumers: crate::status::Consumers,
     /// Cancelled when herald shuts down: waiting long-polls answer at once instead of holding it up.
     shutdown: CancellationToken,
 }
@@ -148,6 +150,7 @@ impl Shared {
             metrics,
             registry,
             served: AtomicU64::new(0),
+            consumers: crate::status::Consumers::default(),
             shutdown: CancellationToken::new(),
         })
     }

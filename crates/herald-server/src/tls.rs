@@ -240,6 +240,8 @@ pub async fn serve(
             let svc = hyper_util::service::TowerToHyperService::new(router.map_request(
                 move |r: Request<hyper::body::Incoming>| {
                     let mut r = r.map(Body::new);
+                    r.extensions_mut()
+                        .insert(axum::extract::connect_info::ConnectInfo(peer));
                     if verified {
                         r.extensions_mut().insert(crate::auth::VerifiedClient);
                     }

@@ -1,0 +1,227 @@
+//! `GET /`: the status page, server-rendered HTML with no external assets that reloads itself every
+//! few seconds; `GET /status.json`: the same `Status`, machine-readable.
+
+use std::fmt::Write as _;
+use std::sync::Arc;
+
+use axum::Json;
+use axum::extract::State;
+use axum::http::{HeaderValue, header};
+use axum::response::{Html, IntoResponse, Response};
+
+use crate::state::Shared;
+use crate::status::Status;
+
+/// Seconds between the page's reloads.
+pub const REFRESH_SECONDS: u32 = 5;
+
+pub async fn json(State(shared): State<Arc<Shared>>) -> Json<Status> {
+    Json(Status::collect(&shared))
+}
+
+pub async fn page(State(shared): State<Arc<Shared>>) -> Response {
+    let mut res = Html(render(&Status::collect(&shared))).into_response();
+    res.headers_mut()
+        .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    res
+}
+
+const STYLE: &str = "body{font:14px/1.4 system-ui,sans-serif;margin:1.5em;color:#222}\
+h1{font-size:1.4em;margin:0 0 .2em}h2{font-size:1.1em;margin:1.4em 0 .4em}\
+table{border-collapse:collapse}td,th{padding:.2em .8em;border-bottom:1px solid #ddd;text-align:left}\
+td.n{text-align:right;font-variant-numeric:tabular-nums}.ok{color:#176f2c}.stale{color:#b00020}\
+.syncing{color:#a66b00}.dim{color:#777}dl{display:grid;grid-template-columns:max-content auto;gap:.1em 1em}\
+dt{color:#555}dd{margin:0;font-weight:600}";
+
+/// The page for `s`. Every value from the cluster or a client is escaped.
+pub fn render(s: &Status) -> String {
+    let mut h = String::with_capacity(8 * 1024);
+    let _ = write!(
+        h,
+        "<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\">\
+         <meta http-equiv=\"refresh\" content=\"{REFRESH_SECONDS}\">\
+         <meta name=\"viewport\" content=\"width=device-width\"><link rel=\"icon\" href=\"data:,\">\
+         <title>herald status</title><style>{STYLE}</style></head><body>\
+         <h1>herald {}</h1><p class=\"{}\" id=\"ready\">{}</p>",
+        esc(s.version),
+        if s.ready { "ok" } else { "syncing" },
+        if s.ready {
+            "ready: every kind has synced"
+        } else {
+            "not ready: waiting for a first sync"
+        },
+    );
+    let c = &s.consumers;
+    let _ = write!(
+        h,
+        "<h2>Consumers</h2><dl id=\"consumers\">\
+         <dt>service discovery clients (last {}s)</dt><dd id=\"sd-clients\">{}</dd>\
+         <dt>long-polls waiting</dt><dd>{}</dd>\
+         <dt>Kubernetes API watches open</dt><dd id=\"kube-watches\">{}</dd>\
+         <dt>upstream watches herald holds</dt><dd id=\"upstream-watches\">{}</dd>\
+         <dt>watches these consumers would hold on the apiserver</dt><dd id=\"direct-watches\">{}</dd>\
+         <dt>apiserver watches saved (estimate)</dt><dd id=\"watches-saved\">{}</dd></dl>",
+        c.window_seconds,
+        c.sd_clients,
+        c.sd_waiting,
+        c.kube_watches_open,
+        c.upstream_watches,
+        c.direct_watches,
+        c.watches_saved,
+    );
+    h.push_str(
+        "<h2>Jobs</h2><table id=\"jobs\"><tr><th>job</th><th>role</th><th>targets</th>\
+         <th>groups</th><th>generation</th><th>state</th><th>shards in use</th></tr>",
+    );
+    for j in &s.jobs {
+        let (class, state) = match (j.synced, j.stale) {
+            (false, _) => ("syncing", "syncing"),
+            (true, true) => ("stale", "stale"),
+            (true, false) => ("ok", "ok"),
+        };
+        let shards = if j.shards_in_use.is_empty() {
+            "<span class=\"dim\">unsharded</span>".to_string()
+        } else {
+            esc(&j.shards_in_use.join(", "))
+        };
+        let _ = write!(
+            h,
+            "<tr data-job=\"{name}\"><td><a href=\"{url}\">{name}</a></td><td>{}</td>\
+             <td class=\"n targets\">{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td>\
+             <td class=\"{class}\">{state}</td><td>{shards}</td></tr>",
+            esc(j.role),
+            j.targets,
+            j.groups,
+            j.generation,
+            name = esc(&j.name),
+            url = esc(&format!("/sd/v1/{}", path_segment(&j.name))),
+        );
+    }
+    h.push_str(
+        "</table><h2>Upstream watches</h2><table id=\"upstream\"><tr><th>kind</th><th>health</th>\
+         <th>objects</th><th>last event</th><th>watches started</th><th>relists</th><th>errors</th></tr>",
+    );
+    for u in &s.upstream {
+        let age = u
+            .last_event_age_seconds
+            .map_or_else(|| "never".to_string(), |a| format!("{a:.1}s ago"));
+        let _ = write!(
+            h,
+            "<tr data-kind=\"{kind}\"><td>{kind}</td><td class=\"{health}\">{health}</td>\
+             <td class=\"n\">{}</td><td class=\"n\">{age}</td><td class=\"n\">{}</td>\
+             <td class=\"n\">{}</td><td class=\"n\">{}</td></tr>",
+            u.objects,
+            u.watches_started,
+            u.relists,
+            u.errors,
+            kind = esc(&u.kind),
+            health = u.health,
+        );
+    }
+    h.push_str("</table><h2>Recent warnings</h2>");
+    if s.recent_warnings.is_empty() {
+        h.push_str("<p class=\"dim\" id=\"warnings\">none</p>");
+    } else {
+        h.push_str("<table id=\"warnings\"><tr><th>when</th><th>level</th><th>what</th></tr>");
+        for w in &s.recent_warnings {
+            let _ = write!(
+                h,
+                "<tr><td class=\"n\">{}</td><td>{}</td><td>{}: {}</td></tr>",
+                utc(w.at),
+                esc(&w.level),
+                esc(&w.target),
+                esc(&w.message)
+            );
+        }
+        h.push_str("</table>");
+    }
+    h.push_str(
+        "<p class=\"dim\"><a href=\"/status.json\">status.json</a> · <a href=\"/sd/v1\">jobs</a> · \
+         <a href=\"/metrics\">metrics</a></p></body></html>",
+    );
+    h
+}
+
+/// HTML-escapes text and attribute values.
+fn esc(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for ch in s.chars() {
+        match ch {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '"' => out.push_str("&quot;"),
+            '\'' => out.push_str("&#39;"),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+/// Percent-encodes a URL path segment (RFC 3986 unreserved characters stay).
+fn path_segment(s: &str) -> String {
+    s.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
+                (b as char).to_string()
+            }
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}
+
+/// `HH:MM:SS` UTC of a Unix time.
+fn utc(at: f64) -> String {
+    let secs = at.max(0.0) as u64 % 86_400;
+    format!("{:02}:{:02}:{:02}", secs / 3600, secs / 60 % 60, secs % 60)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::status::{ConsumerStatus, JobStatus, RecentWarning};
+
+    #[test]
+    fn the_page_escapes_what_it_shows_and_links_each_job_to_its_json() {
+        let s = Status {
+            version: "0.0.0",
+            ready: true,
+            upstream: vec![],
+            jobs: vec![JobStatus {
+                name: "a<b>&c d".into(),
+                role: "pod",
+                targets: 42,
+                groups: 3,
+                generation: 7,
+                synced: true,
+                stale: false,
+                url: "/sd/v1/a<b>&c d".into(),
+                shards_in_use: vec!["0/2".into()],
+            }],
+            consumers: ConsumerStatus {
+                sd_clients: 1,
+                window_seconds: 300,
+                sd_waiting: 0,
+                kube_watches_open: 0,
+                upstream_watches: 1,
+                direct_watches: 1,
+                watches_saved: 0,
+            },
+            recent_warnings: vec![RecentWarning {
+                at: 3723.0,
+                level: "WARN".into(),
+                target: "herald".into(),
+                message: "<script>alert(1)</script>".into(),
+            }],
+        };
+        let html = render(&s);
+        assert!(
+            html.contains("<a href=\"/sd/v1/a%3Cb%3E%26c%20d\">a&lt;b&gt;&amp;c d</a>"),
+            "{html}"
+        );
+        assert!(html.contains("<td class=\"n targets\">42</td>"));
+        assert!(!html.contains("<script>"));
+        assert!(html.contains("01:02:03"));
+        assert!(html.contains("http-equiv=\"refresh\""));
+    }
+}
