@@ -232,9 +232,10 @@ pub fn encode_continue(rv: u64, key: &Key) -> String {
 
 pub fn decode_continue(token: &str) -> Result<(u64, Key), ApiError> {
     let bad = || ApiError::bad_request(format!("invalid continue token {token:?}"));
-    if !token.len().is_multiple_of(2) {
+    if !token.len().is_multiple_of(2) || !token.is_ascii() {
         return Err(bad());
     }
+    // NB: ASCII only, so every two-byte slice is on a character boundary.
     let bytes: Vec<u8> = (0..token.len())
         .step_by(2)
         .map(|i| u8::from_str_radix(&token[i..i + 2], 16))
