@@ -144,12 +144,13 @@ fn parse_duration(s: &str) -> Result<Duration, String> {
     herald_server::http::parse_duration(s)
 }
 
-/// Logs to stderr, and keeps recent warnings for the status page.
-pub fn init_tracing(format: LogFormat) {
+/// Logs to stderr (RUST_LOG, else `default_level`), and keeps recent warnings for the status page.
+pub fn init_tracing(format: LogFormat, default_level: &str) {
     use tracing_subscriber::layer::SubscriberExt as _;
     use tracing_subscriber::util::SubscriberInitExt as _;
     use tracing_subscriber::{EnvFilter, fmt};
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+    let filter =
+        EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default_level));
     let registry = tracing_subscriber::registry()
         .with(filter)
         .with(herald_server::status::RecentWarnings);

@@ -1,7 +1,9 @@
 //! `herald demo`: kube-sim in-process (preset `small`, churning, every pod and node address on
 //! loopback) and herald against it over loopback HTTP, with its Kubernetes API face on a free loopback
 //! port; prints the SD URLs, a Prometheus `scrape_configs` snippet, a kubeconfig for kubectl against
-//! herald, and a live one-line summary.
+//! herald, and — last, so start-up logs cannot bury it — what to open next (the status page, kubectl
+//! against herald and against kube-sim) and a live line: consumers served against upstream watches,
+//! and what the same consumers would cost the apiserver directly.
 
 use std::sync::atomic::Ordering;
 use std::time::Duration;
@@ -136,7 +138,7 @@ fn print_intro(sim: &Sim, herald: &Herald, config: &herald_core::Config) {
     println!();
     if let Some(kube) = herald.kube_url() {
         println!("herald's Kubernetes API (list/watch from its cache): {kube}");
-        match write_kubeconfig(&kube) {
+        match write_kubeconfig("herald", &kube) {
             Ok(path) => println!(
                 "Try: kubectl --kubeconfig {} get pods -A -w    (kube-sim serves herald one watch per kind)",
                 path.display()
@@ -145,11 +147,32 @@ fn print_intro(sim: &Sim, herald: &Herald, config: &herald_core::Config) {
         }
         println!();
     }
+    let rule = "-".repeat(100);
+    println!("{rule}");
+    println!("Next:");
+    println!("  status page:  {base}/    (what herald is doing; {base}/status.json for scripts)");
+    match write_kubeconfig("kube-sim", &sim.url()) {
+        Ok(path) => println!(
+            "  the cluster:  kubectl --kubeconfig {} get nodes    (kube-sim, the simulated apiserver itself)",
+            path.display()
+        ),
+        Err(e) => println!("  (could not write kube-sim's kubeconfig: {e})"),
+    }
+    println!(
+        "  live line:    consumers herald serves vs the watches it holds upstream, and what the same"
+    );
+    println!(
+        "                consumers would hold on the apiserver directly (Prometheus kubernetes_sd, informers)"
+    );
+    println!("{rule}");
 }
 
-/// A kubeconfig for herald's Kubernetes API in the temp directory.
-fn write_kubeconfig(server: &str) -> std::io::Result<std::path::PathBuf> {
-    let path = std::env::temp_dir().join(format!("herald-demo-{}.kubeconfig", std::process::id()));
+/// A kubeconfig for `server` in the temp directory, named after `who`.
+fn write_kubeconfig(who: &str, server: &str) -> std::io::Result<std::path::PathBuf> {
+    let path = std::env::temp_dir().join(format!(
+        "herald-demo-{}-{who}.kubeconfig",
+        std::process::id()
+    ));
     std::fs::write(
         &path,
         format!(
@@ -186,8 +209,13 @@ fn summary_line(sim: &Sim, herald: &Herald) -> String {
                 .get()
         })
         .sum();
+    let c = herald_server::status::Status::collect(shared).consumers;
     format!(
-        "objects={objects} targets={targets} consumers-served={served} api-watchers={api_watchers} upstream-watches={watches} (kinds={kinds}) rv={}",
+        "{} SD clients + {} API watches served with {watches} upstream watches; directly they would hold {} apiserver watches ({} saved) | objects={objects} targets={targets} consumers-served={served} api-watchers={api_watchers} upstream-watches={watches} (kinds={kinds}) rv={}",
+        c.sd_clients,
+        c.kube_watches_open,
+        c.direct_watches,
+        c.watches_saved,
         stats["resource_version"]
     )
 }

@@ -17,7 +17,12 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let cli = cli::Cli::parse();
-    cli::init_tracing(cli.log_format);
+    // The demo's start-up output is what a newcomer reads: its logs default to warnings only.
+    let default_level = match cli.command {
+        cli::Command::Demo(_) => "warn",
+        _ => "info",
+    };
+    cli::init_tracing(cli.log_format, default_level);
     match cli.command {
         cli::Command::Serve(args) => serve::run(args).await,
         cli::Command::Demo(args) => demo::run(args).await,

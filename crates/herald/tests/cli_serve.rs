@@ -195,6 +195,24 @@ fn demo_prints_working_sd_urls_whose_targets_are_all_loopback() {
         std::fs::read_to_string(path).is_ok_and(|k| k.contains(&api)),
         "the kubeconfig points at herald: {path}"
     );
+    let status_page = wait_for_line(&mut out, "  status page:");
+    let page_url = status_page
+        .split_whitespace()
+        .nth(2)
+        .expect("the status page URL")
+        .to_string();
+    let (status, page) = http_get(&page_url);
+    assert_eq!(status, 200, "the status page answers: {page_url}");
+    assert!(page.contains("data-job=\"pods\""), "it lists the jobs");
+    let cluster = wait_for_line(&mut out, "  the cluster:");
+    let sim_config = cluster
+        .split_whitespace()
+        .nth(4)
+        .expect("kube-sim's kubeconfig");
+    assert!(
+        std::fs::read_to_string(sim_config).is_ok_and(|k| k.contains("server: http://127.0.0.1:")),
+        "the kube-sim kubeconfig is written: {sim_config}"
+    );
     let (status, body) = http_get(&format!("{api}/api/v1/pods"));
     assert_eq!(status, 200, "herald's Kubernetes API lists pods");
     let list: serde_json::Value = serde_json::from_str(&body).expect("a PodList");
@@ -214,13 +232,22 @@ fn demo_prints_working_sd_urls_whose_targets_are_all_loopback() {
             .expect("consumers-served in the summary")
     };
     let summary = loop {
-        let line = wait_for_line(&mut out, "objects=");
-        if served(&line) >= 4 {
+        let mut line = String::new();
+        let n = out.read_line(&mut line).expect("read stdout");
+        assert!(
+            n > 0,
+            "stdout ended before a summary line counting the requests"
+        );
+        if line.contains("consumers-served=") && served(&line) >= 4 {
             break line;
         }
     };
     assert!(
         summary.contains("upstream-watches=6 (kinds=6)"),
         "{summary}"
+    );
+    assert!(
+        summary.contains("SD clients") && summary.contains("apiserver watches"),
+        "the live line compares consumers with apiserver watches: {summary}"
     );
 }

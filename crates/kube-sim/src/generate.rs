@@ -119,6 +119,29 @@ impl ClusterSpec {
         2 * self.nodes + SYSTEM_DEPLOYMENT_PODS
     }
 
+    /// This spec with `nodes` and `services` replaced; unless `pods` is given, the pod count follows
+    /// them: the system pods the nodes need plus this spec's application pods per Service.
+    pub fn resized(
+        mut self,
+        nodes: Option<usize>,
+        services: Option<usize>,
+        pods: Option<usize>,
+    ) -> Self {
+        let per_service =
+            self.pods.saturating_sub(self.system_pods()) as f64 / self.services.max(1) as f64;
+        self.nodes = nodes.unwrap_or(self.nodes);
+        self.services = services.unwrap_or(self.services);
+        self.pods = match pods {
+            Some(p) => p,
+            None if nodes.is_some() || services.is_some() => {
+                let app = (per_service * self.services as f64).round() as usize;
+                self.system_pods() + app.max(self.services)
+            }
+            None => self.pods,
+        };
+        self
+    }
+
     /// Checks the spec can be generated exactly as asked.
     pub fn validate(&self) -> Result<(), SpecError> {
         for (field, v) in [

@@ -61,7 +61,7 @@ struct ServeArgs {
     /// Override the preset's application Service (workload) count.
     #[arg(long)]
     services: Option<usize>,
-    /// Override the preset's total pod count.
+    /// Override the preset's total pod count (without it, --nodes and --services scale the pods).
     #[arg(long)]
     pods: Option<usize>,
     /// Events kept per kind for watch resumption.
@@ -87,11 +87,8 @@ impl ServeArgs {
         if let Some(c) = self.node_cidr {
             spec.node_cidr = c;
         }
-        spec.nodes = self.nodes.unwrap_or(spec.nodes);
         spec.namespaces = self.namespaces.unwrap_or(spec.namespaces);
-        spec.services = self.services.unwrap_or(spec.services);
-        spec.pods = self.pods.unwrap_or(spec.pods);
-        spec
+        spec.resized(self.nodes, self.services, self.pods)
     }
 }
 
@@ -104,9 +101,15 @@ async fn main() -> anyhow::Result<()> {
         .with_writer(std::io::stderr)
         .init();
     let Command::Serve(args) = Cli::parse().command;
+    let spec = args.spec();
+    spec.validate().map_err(|e| {
+        anyhow::anyhow!(
+            "{e} (pass a larger --pods, or leave --pods out: it follows --nodes and --services)"
+        )
+    })?;
     let sim = Sim::start(SimConfig {
         listen: args.listen,
-        spec: args.spec(),
+        spec,
         populate: true,
         seed: args.seed,
         churn_per_sec: args.churn,

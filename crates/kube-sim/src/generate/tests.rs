@@ -465,3 +465,25 @@ fn an_ipv6_pod_cidr_gives_ipv6_services_and_slices() {
         }
     }
 }
+
+#[test]
+fn more_nodes_or_services_on_a_preset_scale_its_pods_instead_of_failing() {
+    let big = ClusterSpec::small().resized(Some(1200), None, None);
+    assert_eq!(big.nodes, 1200);
+    big.validate()
+        .expect("1,200 nodes on the small preset generate");
+    assert!(big.pods >= 2 * 1200 + 20, "{} pods", big.pods);
+    let many = ClusterSpec::small().resized(None, Some(500), None);
+    many.validate()
+        .expect("500 Services on the small preset generate");
+    assert!(
+        many.pods > 500 * 8,
+        "application pods per Service are kept: {}",
+        many.pods
+    );
+    let same = ClusterSpec::small().resized(None, None, None);
+    assert_eq!(same.pods, ClusterSpec::small().pods);
+    let asked = ClusterSpec::small().resized(Some(1200), None, Some(200));
+    assert_eq!(asked.pods, 200, "an explicit pod count is kept");
+    assert!(asked.validate().is_err());
+}
