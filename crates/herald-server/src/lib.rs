@@ -13,6 +13,7 @@ pub mod cache;
 pub mod cluster;
 pub mod filter;
 pub mod fragment;
+pub mod frames;
 pub mod http;
 pub mod index;
 pub mod kube_api;

@@ -57,6 +57,7 @@ pub struct Metrics {
     pub upstream_events: Family<EventLabels, Counter>,
     pub upstream_errors: Family<KindLabels, Counter>,
     pub upstream_malformed: Family<KindLabels, Counter>,
+    pub upstream_oversized: Family<KindLabels, Counter>,
     pub upstream_stale: Family<KindLabels, Gauge>,
     pub upstream_last_event_age: Family<KindLabels, Gauge<f64, AtomicU64>>,
     pub objects: Family<KindLabels, Gauge>,
@@ -107,6 +108,11 @@ impl Metrics {
             "upstream_malformed_objects",
             "Upstream objects skipped because they did not decode, per kind",
             self.upstream_malformed.clone(),
+        );
+        r.register(
+            "upstream_oversized_objects",
+            "Upstream objects refused for exceeding the size limit (--max-object-bytes), per kind",
+            self.upstream_oversized.clone(),
         );
         r.register(
             "upstream_stale",

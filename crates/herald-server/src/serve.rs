@@ -31,6 +31,8 @@ pub struct ServeOptions {
     pub kube: Option<KubeServeOptions>,
     /// Tokens, TLS and client certificates for `listen` (service discovery, status, metrics).
     pub security: Security,
+    /// Upstream objects larger than this are refused and counted; their last good version stays.
+    pub max_object_bytes: usize,
 }
 
 impl Default for ServeOptions {
@@ -41,6 +43,7 @@ impl Default for ServeOptions {
             user_agent: USER_AGENT.to_string(),
             kube: None,
             security: Security::default(),
+            max_object_bytes: crate::frames::DEFAULT_MAX_OBJECT_BYTES,
         }
     }
 }
@@ -321,6 +324,7 @@ impl Herald {
             }
             None => Shared::new(specs),
         };
+        shared.set_max_object_bytes(options.max_object_bytes);
         let listener = bind(options.listen).await?;
         let addr = local_addr(&listener, options.listen)?;
         let shutdown = shared.shutdown_token().clone();

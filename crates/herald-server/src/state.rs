@@ -78,6 +78,8 @@ pub struct Shared {
     pub served: AtomicU64,
     /// Recent service discovery consumers, for the status page.
     pub consumers: crate::status::Consumers,
+    /// Largest upstream object accepted, in bytes (`frames::DEFAULT_MAX_OBJECT_BYTES` unless set).
+    max_object_bytes: AtomicUsize,
     /// Cancelled when herald shuts down: waiting long-polls answer at once instead of holding it up.
     shutdown: CancellationToken,
 }
@@ -151,8 +153,19 @@ impl Shared {
             registry,
             served: AtomicU64::new(0),
             consumers: crate::status::Consumers::default(),
+            max_object_bytes: AtomicUsize::new(crate::frames::DEFAULT_MAX_OBJECT_BYTES),
             shutdown: CancellationToken::new(),
         })
+    }
+
+    /// Largest upstream object accepted, in bytes.
+    pub fn max_object_bytes(&self) -> usize {
+        self.max_object_bytes.load(Ordering::Relaxed)
+    }
+
+    /// Sets the largest upstream object accepted (before the feeds start).
+    pub fn set_max_object_bytes(&self, bytes: usize) {
+        self.max_object_bytes.store(bytes.max(1), Ordering::Relaxed);
     }
 
     /// Cancelled when herald stops.

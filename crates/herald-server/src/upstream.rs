@@ -13,7 +13,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use futures::AsyncBufReadExt as _;
 use herald_core::slim;
 use kube_face::scan::{ScanError, head, strip_managed_fields};
 use kube_face::{Entry, Key, ResId, Resource};
@@ -313,6 +312,20 @@ impl Feed {
 
     /// What an entry keeps of the upstream JSON: all of it but managedFields when the Kubernetes API
     /// face serves it, nothing otherwise (discovery reads the projection).
+    /// An object larger than the limit was refused: counted, and its last good version kept.
+    fn oversized(&self, bytes: usize) {
+        self.shared
+            .metrics
+            .upstream_oversized
+            .get_or_create(&self.labels())
+            .inc();
+        tracing::warn!(
+            bytes,
+            limit = self.shared.max_object_bytes(),
+            "upstream object over the size limit refused; its last good version is kept"
+        );
+    }
+
     fn kept_bytes(&self, raw: &[u8]) -> Bytes {
         if self.shared.cache.keeps_bytes() || self.kind.is_none() {
             Bytes::from(strip_managed_fields(raw).into_owned())
@@ -415,6 +428,11 @@ impl Feed {
             };
             for item in page.items {
                 self.count("relist_object");
+                if item.get().len() > self.shared.max_object_bytes() {
+                    self.oversized(item.get().len());
+                    keep.extend(self.key_of(item.get().as_bytes()));
+                    continue;
+                }
                 match self.ingest(item.get().as_bytes()) {
                     Ok(e) => entries.push(e),
                     Err(why) => {
@@ -488,14 +506,15 @@ impl Feed {
         let mut initial: Option<(Vec<Ingested>, Vec<Key>)> =
             from.is_none().then(|| (Vec::new(), Vec::new()));
         let mut line = Vec::new();
+        let mut reader = crate::frames::LineReader::new(self.shared.max_object_bytes());
         let idle = Duration::from_secs(timeout + 60);
         // Events already received are applied together when the stream has nothing more ready.
         let mut pending: Vec<Change> = Vec::new();
         loop {
             line.clear();
-            // NB: `read_until` keeps what it read in `line` when it is not ready, so polling it once
-            // and then awaiting it reads the line whole either way.
-            let ready = futures::FutureExt::now_or_never(stream.read_until(b'\n', &mut line));
+            // NB: the reader keeps what it read in `line` (or its skip state) when it is not ready,
+            // so polling it once and then awaiting it reads the line whole either way.
+            let ready = futures::FutureExt::now_or_never(reader.read(&mut stream, &mut line));
             let read = match ready {
                 Some(r) if pending.len() < MAX_BURST => Ok(r),
                 ready => {
@@ -503,13 +522,18 @@ impl Feed {
                     match ready {
                         Some(r) => Ok(r),
                         None => {
-                            tokio::time::timeout(idle, stream.read_until(b'\n', &mut line)).await
+                            tokio::time::timeout(idle, reader.read(&mut stream, &mut line)).await
                         }
                     }
                 }
             };
             let n = match read {
-                Ok(Ok(n)) => n,
+                Ok(Ok(crate::frames::Frame::Line(n))) => n,
+                Ok(Ok(crate::frames::Frame::End)) => 0,
+                Ok(Ok(crate::frames::Frame::Oversized(bytes))) => {
+                    self.oversized(bytes);
+                    continue;
+                }
                 Ok(Err(e)) => {
                     self.flush(&mut pending);
                     return Outcome::Failed(resume(rv), format!("watch stream: {e}"));

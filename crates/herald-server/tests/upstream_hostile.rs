@@ -1,7 +1,8 @@
 //! A misbehaving apiserver: a watch line of garbage, a frame cut off mid-object by the end of the
 //! stream, a 410, a list that is not JSON and a list that never ends. herald neither panics nor loses its last good state: the
 //! job keeps serving every target it had, the kind is marked stale, each failure is counted, and the
-//! feed keeps retrying.
+//! feed keeps retrying. Objects above the size limit are refused, counted, and their last good
+//! version kept.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -139,5 +140,89 @@ async fn a_misbehaving_apiserver_neither_crashes_herald_nor_loses_its_last_good_
             .await
             .expect("the feed stops even inside a never-ending list")
             .expect("feed task");
+    }
+}
+
+fn huge_pod(name: &str, rv: u64, bytes: usize) -> serde_json::Value {
+    let mut p = pod(name, rv, "127.16.0.9");
+    p["metadata"]["annotations"] = json!({"blob": "x".repeat(bytes)});
+    p
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn objects_above_the_size_limit_are_refused_counted_and_their_last_good_version_kept() {
+    const LIMIT: usize = 64 * 1024;
+    let app = axum::Router::new().route(
+        "/api/v1/pods",
+        get(move |RawQuery(q): RawQuery| async move {
+            if q.as_deref().unwrap_or("").contains("watch=true") {
+                let events = [
+                    json!({"type": "MODIFIED", "object": huge_pod("a", 11, 4 * LIMIT)}),
+                    json!({"type": "ADDED", "object": pod("c", 12, "127.16.0.3")}),
+                    json!({"type": "BOOKMARK", "object": {"kind": "Pod", "apiVersion": "v1",
+                                                           "metadata": {"resourceVersion": "20"}}}),
+                ];
+                let body: String = events.iter().map(|e| format!("{e}\n")).collect();
+                let first = futures::stream::once(async move { Ok::<_, std::io::Error>(body) });
+                axum::body::Body::from_stream(futures::StreamExt::chain(
+                    first,
+                    futures::stream::pending(),
+                ))
+            } else {
+                axum::body::Body::from(
+                    json!({"kind": "PodList", "apiVersion": "v1", "metadata": {"resourceVersion": "10"},
+                           "items": [pod("a", 5, "127.16.0.1"), huge_pod("huge", 6, 2 * LIMIT)]})
+                    .to_string(),
+                )
+            }
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let url = format!("http://{}", listener.local_addr().expect("addr"));
+    tokio::spawn(async move { axum::serve(listener, app).await.expect("serve") });
+
+    let cfg = herald_core::parse_config("jobs:\n- name: pods\n  role: pod\n").expect("valid");
+    let shared = Shared::new(job_specs(&cfg, None).expect("specs"));
+    shared.set_max_object_bytes(LIMIT);
+    let client =
+        upstream::client(kube::Config::new(url.parse().expect("url")), "test").expect("client");
+    let stop = CancellationToken::new();
+    let tasks = upstream::spawn(client, shared.clone(), false, stop.clone());
+    let r = shared.cache.id_of(WatchKind::Pod).expect("pods cached");
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    while shared.cache.resource_version(r) < 20 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the bookmark arrives"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let oversized = shared
+        .metrics
+        .upstream_oversized
+        .get_or_create(&Metrics::kind("pods"))
+        .get();
+    assert_eq!(
+        oversized, 2,
+        "the huge list item and the huge event are counted"
+    );
+    let a = shared
+        .cache
+        .read(r)
+        .get_parts("default", "a")
+        .cloned()
+        .expect("a kept");
+    assert_eq!(a.rv, 5, "a keeps its last good version");
+    assert!(shared.cache.read(r).get_parts("default", "huge").is_none());
+    assert!(
+        shared.cache.read(r).get_parts("default", "c").is_some(),
+        "the feed goes on"
+    );
+    assert_eq!(shared.job_counts(0).1, 2);
+    stop.cancel();
+    for t in tasks {
+        t.await.expect("feed task");
     }
 }

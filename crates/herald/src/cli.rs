@@ -24,7 +24,7 @@ pub struct Cli {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Watch a cluster once per kind and serve HTTP service discovery for the configured jobs.
-    Serve(ServeArgs),
+    Serve(Box<ServeArgs>),
     /// Run herald against an in-process simulated cluster (kube-sim) with loopback addresses.
     Demo(DemoArgs),
     /// Find what makes a cluster's discovery expensive or blind, and write the fixes.
@@ -91,6 +91,10 @@ pub struct ServeArgs {
     /// Serve --listen on a non-loopback address without authentication.
     #[arg(long)]
     pub insecure: bool,
+    /// Upstream objects larger than this many bytes are refused (counted in
+    /// herald_upstream_oversized_objects_total; the object's last good version is kept).
+    #[arg(long, value_name = "BYTES", default_value_t = herald_server::frames::DEFAULT_MAX_OBJECT_BYTES)]
+    pub max_object_bytes: usize,
     /// herald's own namespace, for jobs with `namespaces.own_namespace: true` (else the
     /// service-account namespace file, as Prometheus reads it).
     #[arg(long, value_name = "NAME", env = "POD_NAMESPACE")]

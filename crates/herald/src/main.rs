@@ -24,7 +24,7 @@ async fn main() -> anyhow::Result<()> {
     };
     cli::init_tracing(cli.log_format, default_level);
     match cli.command {
-        cli::Command::Serve(args) => serve::run(args).await,
+        cli::Command::Serve(args) => serve::run(*args).await,
         cli::Command::Demo(args) => demo::run(args).await,
         cli::Command::Audit(args) => audit::run(args).await,
     }

@@ -40,6 +40,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
             user_agent: USER_AGENT.to_string(),
             kube,
             security,
+            max_object_bytes: args.max_object_bytes,
         },
     )
     .await?;
@@ -221,7 +222,7 @@ mod tests {
         let mut argv = vec!["herald", "serve", "--config", "jobs.yaml"];
         argv.extend_from_slice(extra);
         match Cli::parse_from(argv).command {
-            Command::Serve(a) => a,
+            Command::Serve(a) => *a,
             _ => panic!("serve"),
         }
     }
