@@ -644,8 +644,9 @@ impl Feed {
     }
 }
 
-/// Percent-encodes a query value (continue tokens are opaque and may hold any character).
-fn encode_query(v: &str) -> String {
+/// Percent-encodes a query value or path segment (RFC 3986 unreserved characters stay; continue
+/// tokens are opaque and may hold any character).
+pub(crate) fn encode_query(v: &str) -> String {
     v.bytes()
         .map(|b| match b {
             b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {

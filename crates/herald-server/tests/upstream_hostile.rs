@@ -15,6 +15,33 @@ use herald_server::{Shared, WatchKind, job_specs, upstream};
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
+/// Serves `app` as the upstream on a loopback port and starts herald's pod feed against it (a pod job),
+/// with `limit` as the largest object accepted when given.
+async fn feed(
+    app: axum::Router,
+    limit: Option<usize>,
+) -> (
+    Arc<Shared>,
+    CancellationToken,
+    Vec<tokio::task::JoinHandle<()>>,
+) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let url = format!("http://{}", listener.local_addr().expect("addr"));
+    tokio::spawn(async move { axum::serve(listener, app).await.expect("serve") });
+    let cfg = herald_core::parse_config("jobs:\n- name: pods\n  role: pod\n").expect("valid");
+    let shared = Shared::new(job_specs(&cfg, None).expect("specs"));
+    if let Some(l) = limit {
+        shared.set_max_object_bytes(l);
+    }
+    let client =
+        upstream::client(kube::Config::new(url.parse().expect("url")), "test").expect("client");
+    let stop = CancellationToken::new();
+    let tasks = upstream::spawn(client, shared.clone(), false, stop.clone());
+    (shared, stop, tasks)
+}
+
 fn pod(name: &str, rv: u64, ip: &str) -> serde_json::Value {
     json!({"apiVersion": "v1", "kind": "Pod",
            "metadata": {"namespace": "default", "name": name, "resourceVersion": rv.to_string()},
@@ -84,18 +111,7 @@ async fn a_misbehaving_apiserver_neither_crashes_herald_nor_loses_its_last_good_
             async move { script(step, watch) }
         }),
     );
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("bind");
-    let url = format!("http://{}", listener.local_addr().expect("addr"));
-    tokio::spawn(async move { axum::serve(listener, app).await.expect("serve") });
-
-    let cfg = herald_core::parse_config("jobs:\n- name: pods\n  role: pod\n").expect("valid");
-    let shared = Shared::new(job_specs(&cfg, None).expect("specs"));
-    let client =
-        upstream::client(kube::Config::new(url.parse().expect("url")), "test").expect("client");
-    let stop = CancellationToken::new();
-    let tasks = upstream::spawn(client, shared.clone(), false, stop.clone());
+    let (shared, stop, tasks) = feed(app, None).await;
 
     // Until the never-ending list has started (backoff between failures: ~0.8 s + 1.6 s + 0.8 s).
     let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
@@ -177,19 +193,7 @@ async fn objects_above_the_size_limit_are_refused_counted_and_their_last_good_ve
             }
         }),
     );
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("bind");
-    let url = format!("http://{}", listener.local_addr().expect("addr"));
-    tokio::spawn(async move { axum::serve(listener, app).await.expect("serve") });
-
-    let cfg = herald_core::parse_config("jobs:\n- name: pods\n  role: pod\n").expect("valid");
-    let shared = Shared::new(job_specs(&cfg, None).expect("specs"));
-    shared.set_max_object_bytes(LIMIT);
-    let client =
-        upstream::client(kube::Config::new(url.parse().expect("url")), "test").expect("client");
-    let stop = CancellationToken::new();
-    let tasks = upstream::spawn(client, shared.clone(), false, stop.clone());
+    let (shared, stop, tasks) = feed(app, Some(LIMIT)).await;
     let r = shared.cache.id_of(WatchKind::Pod).expect("pods cached");
     let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
     while shared.cache.resource_version(r) < 20 {

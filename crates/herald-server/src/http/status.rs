@@ -94,7 +94,10 @@ pub fn render(s: &Status) -> String {
             j.groups,
             j.generation,
             name = esc(&j.name),
-            url = esc(&format!("/sd/v1/{}", path_segment(&j.name))),
+            url = esc(&format!(
+                "/sd/v1/{}",
+                crate::upstream::encode_query(&j.name)
+            )),
         );
     }
     h.push_str(
@@ -156,18 +159,6 @@ fn esc(s: &str) -> String {
         }
     }
     out
-}
-
-/// Percent-encodes a URL path segment (RFC 3986 unreserved characters stay).
-fn path_segment(s: &str) -> String {
-    s.bytes()
-        .map(|b| match b {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
-                (b as char).to_string()
-            }
-            _ => format!("%{b:02X}"),
-        })
-        .collect()
 }
 
 /// `HH:MM:SS` UTC of a Unix time.
