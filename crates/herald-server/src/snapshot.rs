@@ -3,6 +3,7 @@
 
 use std::collections::HashMap;
 use std::io::Write as _;
+use std::ops::Range;
 use std::sync::{Arc, Mutex, OnceLock};
 
 use bytes::Bytes;
@@ -36,28 +37,76 @@ pub struct Encoded {
     /// A strong ETag from the body's MD5, so equal content keeps its ETag across relists and restarts.
     pub etag: String,
     gzip: OnceLock<Bytes>,
+    /// Where each group's entries are in `json` (the group held, so its address cannot be reused):
+    /// the next generation's body copies the groups that did not change instead of encoding them.
+    spans: Vec<(Arc<Group>, Range<usize>, usize)>,
 }
 
 impl Encoded {
     /// Encodes the groups (in their stable order), keeping only the shard's entries.
     pub fn build(generation: u64, groups: &[Arc<Group>], shard: Option<Shard>) -> Encoded {
-        let mut json = Vec::with_capacity(64 * 1024);
+        Encoded::build_after(None, generation, groups, shard)
+    }
+
+    /// As `build`, copying the entries of every group that `prev` (an earlier body of the same job
+    /// and shard) already holds. NB: encoding a group means sorting and escaping every label of every
+    /// target; copying its bytes is a memcpy. Under churn most groups of a large job are unchanged
+    /// between generations, so a new body costs about its size in copies plus the changed groups.
+    pub fn build_after(
+        prev: Option<&Encoded>,
+        generation: u64,
+        groups: &[Arc<Group>],
+        shard: Option<Shard>,
+    ) -> Encoded {
+        let reuse: HashMap<*const Group, (Range<usize>, usize), foldhash::fast::RandomState> = prev
+            .map(|p| {
+                p.spans
+                    .iter()
+                    .map(|(g, r, n)| (Arc::as_ptr(g), (r.clone(), *n)))
+                    .collect()
+            })
+            .unwrap_or_default();
+        let prev_json = prev.map(|p| &p.json[..]).unwrap_or_default();
+        let mut json = Vec::with_capacity((prev_json.len() + prev_json.len() / 16).max(64 * 1024));
         json.push(b'[');
         let mut targets = 0;
         let mut scratch = Vec::new();
+        let mut spans = Vec::with_capacity(groups.len());
         for group in groups {
-            for target in group.iter() {
-                if shard.is_some_and(|s| !s.holds(&target.address)) {
-                    continue;
+            let before = targets;
+            let start = json.len() + usize::from(targets > 0);
+            if let Some((r, n)) = reuse.get(&Arc::as_ptr(group)) {
+                if *n > 0 {
+                    if targets > 0 {
+                        json.push(b',');
+                    }
+                    json.extend_from_slice(&prev_json[r.clone()]);
+                    targets += n;
                 }
-                if targets > 0 {
-                    json.push(b',');
+            } else {
+                for target in group.iter() {
+                    if shard.is_some_and(|s| !s.holds(&target.address)) {
+                        continue;
+                    }
+                    if targets > 0 {
+                        json.push(b',');
+                    }
+                    group.write_entry(target, &mut json, &mut scratch);
+                    targets += 1;
                 }
-                group.write_entry(target, &mut json, &mut scratch);
-                targets += 1;
             }
+            let range = if targets > before {
+                start..json.len()
+            } else {
+                start..start
+            };
+            spans.push((group.clone(), range, targets - before));
         }
         json.push(b']');
+        // A grown buffer can hold twice its length; bodies of large jobs are hundreds of MB.
+        if json.capacity() > json.len() + json.len() / 8 {
+            json.shrink_to_fit();
+        }
         let json = Bytes::from(json);
         let digest = Md5::digest(&json);
         let etag = format!(
@@ -73,6 +122,7 @@ impl Encoded {
             json,
             etag,
             gzip: OnceLock::new(),
+            spans,
         }
     }
 
@@ -110,30 +160,33 @@ pub struct EncodedCache {
 
 impl EncodedCache {
     /// The body of `job`/`shard` at `generation`, built by `build` if this is the first request for
-    /// it. Concurrent first requests wait for one build instead of each encoding.
+    /// it; `build` is handed the body of the generation before, when one was built, to copy from.
+    /// Concurrent first requests wait for one build instead of each encoding.
     pub fn get_or_build(
         &self,
         job: usize,
         shard: Option<Shard>,
         generation: u64,
-        build: impl FnOnce() -> Encoded,
+        build: impl FnOnce(Option<&Encoded>) -> Encoded,
     ) -> Arc<Encoded> {
-        let slot = {
+        let (slot, prev) = {
             let mut slots = self.slots.lock().expect("encoded cache lock poisoned");
             match slots.get(&(job, shard)) {
-                Some((g, slot)) if *g == generation => slot.clone(),
-                _ => {
+                Some((g, slot)) if *g == generation => (slot.clone(), None),
+                old => {
+                    let prev = old.and_then(|(_, slot)| slot.get().cloned());
                     if slots.len() >= MAX_ENTRIES {
                         slots.clear();
                     }
                     let slot: Slot = Arc::default();
                     slots.insert((job, shard), (generation, slot.clone()));
-                    slot
+                    (slot, prev)
                 }
             }
         };
         // Outside the map lock: other keys stay available while this one encodes.
-        slot.get_or_init(|| Arc::new(build())).clone()
+        slot.get_or_init(|| Arc::new(build(prev.as_deref())))
+            .clone()
     }
 }
 
@@ -226,6 +279,31 @@ mod tests {
     }
 
     #[test]
+    fn a_body_built_after_an_earlier_one_equals_a_fresh_build_for_every_shard() {
+        let a = mk_group("a", &["127.0.0.1:80", "127.0.0.2:80", "127.0.0.3:80"]);
+        let b = mk_group("b", &["127.0.0.4:80"]);
+        let c = mk_group("c", &["127.0.0.5:80", "127.0.0.6:80"]);
+        let empty = mk_group("e", &[]);
+        for shard in [
+            None,
+            Some(Shard { index: 0, count: 2 }),
+            Some(Shard { index: 1, count: 2 }),
+        ] {
+            let first = Encoded::build(1, &[a.clone(), b.clone(), empty.clone()], shard);
+            // b changed (a new group), c appeared, the empty group went; a is copied.
+            let b2 = mk_group("b", &["127.0.0.7:80"]);
+            let groups = [a.clone(), b2, c.clone()];
+            let next = Encoded::build_after(Some(&first), 2, &groups, shard);
+            let fresh = Encoded::build(2, &groups, shard);
+            assert_eq!(next.json, fresh.json, "{shard:?}");
+            assert_eq!(next.targets, fresh.targets);
+            assert_eq!(next.etag, fresh.etag);
+            let again = Encoded::build_after(Some(&next), 3, &groups, shard);
+            assert_eq!(again.json, fresh.json, "copied whole: {shard:?}");
+        }
+    }
+
+    #[test]
     fn gzip_body_inflates_to_the_json_body() {
         let e = Encoded::build(1, &[mk_group("a", &["1.1.1.1:80", "1.1.1.2:80"])], None);
         let mut out = Vec::new();
@@ -241,13 +319,13 @@ mod tests {
         let groups = vec![mk_group("a", &["1.1.1.1:80"])];
         let mut builds = 0;
         for _ in 0..3 {
-            cache.get_or_build(0, None, 1, || {
+            cache.get_or_build(0, None, 1, |_| {
                 builds += 1;
                 Encoded::build(1, &groups, None)
             });
         }
         assert_eq!(builds, 1);
-        cache.get_or_build(0, None, 2, || {
+        cache.get_or_build(0, None, 2, |_| {
             builds += 1;
             Encoded::build(2, &groups, None)
         });

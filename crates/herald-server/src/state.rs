@@ -356,10 +356,10 @@ impl Shared {
     /// are served without the index lock, so a long relist being applied never delays a response.
     pub fn encoded(&self, j: usize, shard: Option<Shard>) -> Arc<Encoded> {
         let generation = *self.jobs[j].generation_tx.borrow();
-        self.bodies.get_or_build(j, shard, generation, || {
+        self.bodies.get_or_build(j, shard, generation, |prev| {
             // Only a new (job, shard, generation) takes the lock, to cut; encoding runs outside it.
             let cut = self.index().cut(j);
-            Encoded::build(cut.generation, &cut.groups, shard)
+            Encoded::build_after(prev, cut.generation, &cut.groups, shard)
         })
     }
 
