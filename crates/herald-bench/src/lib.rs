@@ -7,12 +7,24 @@
 //! ([`wire`]), a scanner that pulls the send time out of a watch event line without building a JSON tree
 //! ([`scan`]), a log-linear latency histogram ([`hist`]) and `/proc` readers ([`procfs`]).
 
+pub mod cluster;
 pub mod hist;
+pub mod pace;
 pub mod procfs;
 pub mod procs;
 pub mod scan;
 pub mod watchers;
 pub mod wire;
+
+/// The socket address of an `http://HOST:PORT[/]` URL.
+pub fn addr_of(url: &str) -> anyhow::Result<std::net::SocketAddr> {
+    use anyhow::Context as _;
+    url.strip_prefix("http://")
+        .with_context(|| format!("{url} is not an http:// URL"))?
+        .trim_end_matches('/')
+        .parse()
+        .with_context(|| format!("an address in {url}"))
+}
 
 /// Sums every series of the Prometheus text-format metric `name` (all label sets), or `None` when the
 /// exposition has no such series.
@@ -104,5 +116,14 @@ mod tests {
         assert_eq!(fmt(Some(-1000.0), 0), "-1,000");
         assert_eq!(fmt(Some(f64::NAN), 0), "—");
         assert_eq!(fmt(None, 2), "—");
+    }
+
+    #[test]
+    fn addr_of_urls() {
+        assert_eq!(
+            addr_of("http://127.0.0.1:8080/").expect("valid").port(),
+            8080
+        );
+        assert!(addr_of("https://127.0.0.1:1").is_err());
     }
 }

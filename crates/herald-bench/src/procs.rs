@@ -10,6 +10,9 @@ use tokio::process::{Child, Command};
 
 use crate::procfs;
 
+/// How long a started process gets to print the lines [`Proc::start`] waits for.
+const START_TIMEOUT_S: u64 = 900;
+
 pub struct Proc {
     pub name: &'static str,
     pub child: Child,
@@ -40,11 +43,15 @@ impl Proc {
         let pid = child.id().context("child pid")?;
         let mut lines = BufReader::new(child.stdout.take().context("stdout")?).lines();
         let mut found = vec![None; wanted.len()];
-        let deadline = tokio::time::Instant::now() + Duration::from_secs(120);
+        // Generous: kube-sim generates a large cluster before it prints its address (minutes at
+        // twice k8s-limits on a busy 2-core machine).
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(START_TIMEOUT_S);
         while found.iter().any(Option::is_none) {
             let line = tokio::time::timeout_at(deadline, lines.next_line())
                 .await
-                .with_context(|| format!("{name} did not print its address within 120 s"))??
+                .with_context(|| {
+                    format!("{name} did not print its address within {START_TIMEOUT_S} s")
+                })??
                 .with_context(|| {
                     format!(
                         "{name} exited before printing its address (see {})",

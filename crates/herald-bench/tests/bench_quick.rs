@@ -17,14 +17,15 @@ fn bin_dir() -> PathBuf {
         .to_path_buf()
 }
 
-/// herald and kube-sim next to herald-bench, building them there when `cargo test -p herald-bench`
-/// alone did not.
-fn ensure_peers_built(dir: &Path) {
+/// The directory holding herald and kube-sim: next to herald-bench when the workspace was built
+/// (`cargo test --workspace` builds every package's binaries), else built into a target directory of
+/// its own (a nested cargo on this test's own target directory could wait on the outer one's lock).
+fn peers_dir(dir: &Path) -> PathBuf {
     if dir.join("herald").is_file() && dir.join("kube-sim").is_file() {
-        return;
+        return dir.to_path_buf();
     }
     let profile = dir.file_name().and_then(|n| n.to_str()).unwrap_or("debug");
-    let target = dir.parent().expect("target directory");
+    let target = dir.parent().expect("target directory").join("bench-quick");
     let status = Command::new(env!("CARGO"))
         .args(["build", "-q", "-p", "herald", "-p", "kube-sim"])
         .args(if profile == "release" {
@@ -32,10 +33,11 @@ fn ensure_peers_built(dir: &Path) {
         } else {
             &[][..]
         })
-        .env("CARGO_TARGET_DIR", target)
+        .env("CARGO_TARGET_DIR", &target)
         .status()
         .expect("cargo runs");
     assert!(status.success(), "building herald and kube-sim");
+    target.join(profile)
 }
 
 fn vmagent_installed() -> bool {
@@ -55,12 +57,16 @@ fn bench_run_quick_writes_every_section() {
         );
     }
     let dir = bin_dir();
-    ensure_peers_built(&dir);
+    let peers = peers_dir(&dir);
     let out = tempfile::tempdir().expect("temp dir");
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    // bench/run with HERALD_BENCH_BIN_DIR runs this crate's herald-bench with herald and kube-sim
+    // from --bin-dir (given after, it wins over the script's own).
     let status = Command::new(root.join("bench/run"))
         .args(["--quick", "--out"])
         .arg(out.path())
+        .arg("--bin-dir")
+        .arg(&peers)
         .env("HERALD_BENCH_BIN_DIR", &dir)
         .current_dir(&root)
         .status()

@@ -12,7 +12,6 @@
 //! the consumers' User-Agents; herald rows: herald's), `/proc` CPU and herald's `/metrics` over that
 //! interval. kube-sim's CPU includes its churn, which is the same in both.
 
-use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -155,13 +154,6 @@ fn ratios(rows: &[Value]) -> Vec<Value> {
     out
 }
 
-fn addr_of(url: &str) -> anyhow::Result<SocketAddr> {
-    url.trim_start_matches("http://")
-        .trim_end_matches('/')
-        .parse()
-        .with_context(|| format!("an address in {url}"))
-}
-
 #[allow(clippy::too_many_arguments)]
 async fn measure(
     env: &Env,
@@ -186,7 +178,7 @@ async fn measure(
         Kind::Watchers => {
             let base = if via_herald { ends.kube } else { ends.sim }.to_string();
             let target = Arc::new(Target {
-                addr: addr_of(&base)?,
+                addr: herald_bench::addr_of(&base)?,
                 path: "/api/v1/pods?watch=true&allowWatchBookmarks=true".into(),
                 user_agent: "bench-watcher",
             });
@@ -281,7 +273,12 @@ async fn measure(
             "egress_bytes": egress(&metrics1) - egress(&metrics0),
             "sd_bytes": hm(&metrics1, "herald_sd_bytes_served_total") - hm(&metrics0, "herald_sd_bytes_served_total"),
             "kube_bytes": hm(&metrics1, "herald_kube_bytes_sent_total") - hm(&metrics0, "herald_kube_bytes_sent_total"),
+            // Whether herald kept up with kube-sim's churn: objects it took in, against kube-sim's
+            // writes (resourceVersions) over the row.
+            "upstream_events": hm(&metrics1, "herald_upstream_events_total") - hm(&metrics0, "herald_upstream_events_total"),
         },
+        "kube_sim_writes": stats1["resource_version"].as_f64().unwrap_or(f64::NAN)
+            - stats0["resource_version"].as_f64().unwrap_or(f64::NAN),
         "consumers_cpu_seconds": consumer_cpu,
         "watchers_streaming": streaming,
     }))

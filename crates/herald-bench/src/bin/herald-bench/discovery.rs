@@ -82,7 +82,16 @@ pub async fn run(env: &Env, plan: &Plan) -> anyhow::Result<Value> {
         } else {
             plan.other_runs
         };
-        let point = measure_scale(env, plan, &spec, runs).await?;
+        // A scale that fails (a timeout on a busy machine) is reported; the others still count.
+        let point = match measure_scale(env, plan, &spec, runs).await {
+            Ok(p) => p,
+            Err(e) => {
+                let why = format!("scale {scale}: failed: {e:#}");
+                eprintln!("[discovery] {why}");
+                skipped.push(json!(why));
+                continue;
+            }
+        };
         let largest = ["herald", "vmagent"]
             .iter()
             .filter_map(|w| point[*w]["median"]["peak_rss_mib"].as_f64())

@@ -1,5 +1,7 @@
 //! A closed-loop HTTP/1.1 load client on hyper: C keep-alive connections, each sending the same GET
-//! back to back and reading every body to the end; latency per request into a [`Hist`].
+//! back to back and reading every body to the end; latency per request into a [`Hist`]. Requests
+//! count when they complete inside the window, body bytes when they arrive inside it; whatever is in
+//! flight when the window ends is dropped.
 
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
@@ -88,22 +90,36 @@ async fn conn(
             }
             let req = req.body(Empty::new()).expect("a valid request");
             let t = Instant::now();
-            let resp = match send.send_request(req).await {
-                Ok(r) => r,
-                Err(_) => {
+            // Every request ends at `end`: with hundreds of clients on a large body, one response
+            // can take longer than the window.
+            let deadline = tokio::time::Instant::from_std(end);
+            let resp = match tokio::time::timeout_at(deadline, send.send_request(req)).await {
+                Ok(Ok(r)) => r,
+                Ok(Err(_)) => {
                     l.errors += 1;
                     driver.abort();
                     continue 'reconnect;
                 }
+                Err(_) => break,
             };
             let code = resp.status().as_u16();
             let mut body = resp.into_body();
-            let mut n = 0u64;
-            while let Some(frame) = body.frame().await {
+            loop {
+                let frame = match tokio::time::timeout_at(deadline, body.frame()).await {
+                    Ok(Some(f)) => f,
+                    Ok(None) => break,
+                    Err(_) => {
+                        driver.abort();
+                        break 'reconnect;
+                    }
+                };
                 match frame {
                     Ok(f) => {
-                        if let Some(d) = f.data_ref() {
-                            n += d.len() as u64;
+                        // Bytes count when they arrive inside the window.
+                        if let Some(d) = f.data_ref()
+                            && Instant::now() >= start
+                        {
+                            l.body_bytes += d.len() as u64;
                         }
                     }
                     Err(_) => {
@@ -113,10 +129,10 @@ async fn conn(
                     }
                 }
             }
+            // Requests count when they complete inside the window, wherever they started.
             let done = Instant::now();
-            if t >= start && done <= end {
+            if done >= start && done <= end {
                 l.requests += 1;
-                l.body_bytes += n;
                 l.hist.record(done.duration_since(t).as_micros() as u64);
                 if code != status {
                     l.unexpected_status += 1;

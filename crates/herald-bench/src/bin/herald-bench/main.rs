@@ -72,8 +72,9 @@ struct SuiteArgs {
     /// bench/out/quick/ with --quick, so a quick run never overwrites the committed results].
     #[arg(long)]
     out: Option<PathBuf>,
-    /// Directory holding the herald and kube-sim binaries [default: this binary's directory].
-    #[arg(long)]
+    /// Directory holding the herald and kube-sim binaries [default: this binary's directory]; the
+    /// last one given wins.
+    #[arg(long, overrides_with = "bin_dir")]
     bin_dir: Option<PathBuf>,
     /// vmagent binary [default: `vmagent` on PATH; its rows are skipped when missing].
     #[arg(long)]
@@ -88,7 +89,7 @@ struct SuiteArgs {
     #[arg(long)]
     note: Option<String>,
     /// The command to record [default: this process's command line].
-    #[arg(long)]
+    #[arg(long, overrides_with = "command")]
     command: Option<String>,
     /// Where child logs go [default: a new directory under the temp dir].
     #[arg(long)]

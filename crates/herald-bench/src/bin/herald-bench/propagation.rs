@@ -9,13 +9,13 @@
 //! it); a watch event's is its receipt time minus its own `t`.
 
 use std::collections::HashMap;
-use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::time::Duration;
 
 use anyhow::Context as _;
 use herald_bench::hist::Hist;
+use herald_bench::pace::paced;
 use herald_bench::watchers::{Meter, Target, now_ns, watcher};
 use serde_json::{Value, json};
 
@@ -44,13 +44,6 @@ fn pod(i: usize, t: u64) -> Value {
         "status": {"phase": "Running", "podIP": format!("127.30.{}.{}", i / 250, 1 + i % 250),
                    "conditions": [{"type": "Ready", "status": "True"}]}
     })
-}
-
-fn addr_of(url: &str) -> anyhow::Result<SocketAddr> {
-    url.trim_start_matches("http://")
-        .trim_end_matches('/')
-        .parse()
-        .with_context(|| format!("an address in {url}"))
 }
 
 pub async fn run(env: &Env, plan: &Plan) -> anyhow::Result<Value> {
@@ -110,7 +103,7 @@ async fn at_rate(
     for base in [kube, sim] {
         let m = Arc::new(Meter::new(1));
         let target = Arc::new(Target {
-            addr: addr_of(base)?,
+            addr: herald_bench::addr_of(base)?,
             path: WATCH_PATH.to_string(),
             user_agent: "bench-watcher",
         });
@@ -180,24 +173,12 @@ async fn writer(
     rate: f64,
     ok: Arc<AtomicU64>,
     failed: Arc<AtomicU64>,
-    mut stop: tokio::sync::watch::Receiver<bool>,
+    stop: tokio::sync::watch::Receiver<bool>,
 ) {
-    let sem = Arc::new(tokio::sync::Semaphore::new(64));
-    let mut iv = tokio::time::interval(Duration::from_secs_f64(1.0 / rate));
-    iv.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Burst);
-    let mut i = 0usize;
-    loop {
-        tokio::select! {
-            _ = iv.tick() => {}
-            _ = stop.changed() => break,
-        }
-        let Ok(permit) = sem.clone().acquire_owned().await else {
-            break;
-        };
+    paced(rate, 64, stop, |i| {
         let n = i % k;
-        i += 1;
         let (http, sim, ok, failed) = (http.clone(), sim.clone(), ok.clone(), failed.clone());
-        tokio::spawn(async move {
+        async move {
             let r = http
                 .put(format!("{sim}/api/v1/namespaces/default/pods/bench-{n}"))
                 .header("user-agent", WRITER_UA)
@@ -208,10 +189,9 @@ async fn writer(
                 Ok(r) if r.status().is_success() => ok.fetch_add(1, Relaxed),
                 _ => failed.fetch_add(1, Relaxed),
             };
-            drop(permit);
-        });
-    }
-    let _ = sem.acquire_many(64).await;
+        }
+    })
+    .await;
 }
 
 /// The `t` label of every target in an HTTP SD body, by pod name.

@@ -151,7 +151,9 @@ fn control(o: &mut String, d: &Value) {
          `herald` rows herald's (its consumers never reach kube-sim); kube-sim's CPU includes its churn. herald's initial sync took {} bytes in {} LISTs/watches before the rows. \
          `watchers`: kube-rs-style informers of every pod (LIST, then WATCH); `vmagent`: kubernetes_sd on \
          kube-sim (direct) or http_sd on herald every {} s; `http_sd`: pollers of both jobs every {} s. \
-         herald egress = `herald_kube_bytes_sent_total` + `herald_sd_bytes_served_total`.\n\n",
+         herald egress = `herald_kube_bytes_sent_total` + `herald_sd_bytes_served_total`. The last column \
+         compares kube-sim's writes (resourceVersions) in the row with the objects herald took in \
+         (`herald_upstream_events_total`): far fewer means herald fell behind its upstream.\n\n",
         d["cluster"].as_str().unwrap_or("?"),
         fmt(n(&d["warmup_seconds"]).zip(n(&d["window_seconds"])).map(|(a, b)| a + b), 0),
         d["warmup_seconds"],
@@ -166,12 +168,17 @@ fn control(o: &mut String, d: &Value) {
         d["poll_interval_seconds"],
         d["poll_interval_seconds"],
     ));
-    o.push_str("| consumer | N | via | kube-sim open watches | kube-sim watch events | kube-sim bytes | kube-sim LISTs | kube-sim CPU s | herald CPU s | herald egress bytes | consumers CPU s |\n|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+    o.push_str("| consumer | N | via | kube-sim open watches | kube-sim watch events | kube-sim bytes | kube-sim LISTs | kube-sim CPU s | herald CPU s | herald egress bytes | consumers CPU s | kube-sim writes → herald ingested |\n|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---|\n");
     for r in d["rows"].as_array().into_iter().flatten() {
         let k = &r["kube_sim"];
         let herald = r["via"] == "herald";
+        let ingest = format!(
+            "{} → {}",
+            fmt(n(&r["kube_sim_writes"]), 0),
+            fmt(n(&r["herald"]["upstream_events"]), 0)
+        );
         o.push_str(&format!(
-            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |\n",
+            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |\n",
             r["consumer"].as_str().unwrap_or("?"),
             r["n"],
             r["via"].as_str().unwrap_or("?"),
@@ -191,6 +198,7 @@ fn control(o: &mut String, d: &Value) {
                 "–".into()
             },
             fmt(n(&r["consumers_cpu_seconds"]), 2),
+            ingest,
         ));
     }
     o.push_str("\nRatio direct / through herald (same N, same run; `http_sd` rows are compared with N direct `watchers`):\n\n| consumer | N | kube-sim bytes | open watches | watch events | kube-sim CPU |\n|---|---:|---:|---:|---:|---:|\n");

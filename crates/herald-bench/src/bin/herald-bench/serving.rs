@@ -3,8 +3,6 @@
 //! (If-None-Match), against herald and against `herald-bench static-server` (the same bytes from
 //! memory with hyper: the machine's limit), interleaved in one run so the ratios compare like with like.
 
-use std::net::SocketAddr;
-
 use anyhow::Context as _;
 use herald_bench::procs::Proc;
 use serde_json::{Value, json};
@@ -23,13 +21,6 @@ pub struct Plan {
 }
 
 const MODES: [&str; 3] = ["identity_200", "gzip_200", "not_modified_304"];
-
-fn addr_of(url: &str) -> anyhow::Result<SocketAddr> {
-    url.trim_start_matches("http://")
-        .trim_end_matches('/')
-        .parse()
-        .with_context(|| format!("an address in {url}"))
-}
 
 pub async fn run(env: &Env, plan: &Plan) -> anyhow::Result<Value> {
     let dir = env.dir("serving")?;
@@ -91,8 +82,8 @@ pub async fn run(env: &Env, plan: &Plan) -> anyhow::Result<Value> {
         body.len()
     );
     let servers = [
-        ("herald", addr_of(&hurl)?, &herald),
-        ("static", addr_of(&static_url)?, &stat),
+        ("herald", herald_bench::addr_of(&hurl)?, &herald),
+        ("static", herald_bench::addr_of(&static_url)?, &stat),
     ];
     let mut rows = Vec::new();
     let mut ratios = Vec::new();

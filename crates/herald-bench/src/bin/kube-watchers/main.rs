@@ -24,6 +24,8 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, bail};
 use clap::{Parser, ValueEnum};
+use herald_bench::cluster::ClusterSpec;
+use herald_bench::pace::paced;
 use herald_bench::procs::{Proc, default_bin};
 use herald_bench::watchers::{Meter, Target, now_ns, watcher};
 use herald_bench::{metric_sum, procfs};
@@ -147,23 +149,12 @@ async fn writer(
     rate: f64,
     m: Arc<Meter>,
     counts: Arc<WriteCounts>,
-    mut stop: tokio::sync::watch::Receiver<bool>,
+    stop: tokio::sync::watch::Receiver<bool>,
 ) {
-    let sem = Arc::new(tokio::sync::Semaphore::new(64));
-    let mut iv = tokio::time::interval(Duration::from_secs_f64(1.0 / rate));
-    let mut i = 0usize;
-    loop {
-        tokio::select! {
-            _ = iv.tick() => {}
-            _ = stop.changed() => break,
-        }
-        let Ok(permit) = sem.clone().acquire_owned().await else {
-            break;
-        };
+    paced(rate, 64, stop, |i| {
         let name = format!("bench-{}", i % k);
-        i += 1;
         let (client, sim, m, counts) = (client.clone(), sim.clone(), m.clone(), counts.clone());
-        tokio::spawn(async move {
+        async move {
             let t = now_ns();
             let body = json!({
                 "apiVersion": "v1",
@@ -188,10 +179,9 @@ async fn writer(
                     counts.failed.fetch_add(1, Relaxed);
                 }
             }
-            drop(permit);
-        });
-    }
-    let _ = sem.acquire_many(64).await;
+        }
+    })
+    .await;
 }
 
 // ---------------------------------------------------------------------------------------------------
@@ -206,26 +196,22 @@ struct Ctx {
 }
 
 impl Ctx {
-    async fn get_json(&self, url: &str) -> anyhow::Result<Value> {
-        let r = self
+    async fn get(&self, url: &str) -> anyhow::Result<reqwest::Response> {
+        Ok(self
             .http
             .get(url)
             .header(reqwest::header::USER_AGENT, SETUP_UA)
             .send()
             .await?
-            .error_for_status()?;
-        Ok(r.json().await?)
+            .error_for_status()?)
+    }
+
+    async fn get_json(&self, url: &str) -> anyhow::Result<Value> {
+        Ok(self.get(url).await?.json().await?)
     }
 
     async fn get_text(&self, url: &str) -> anyhow::Result<String> {
-        let r = self
-            .http
-            .get(url)
-            .header(reqwest::header::USER_AGENT, SETUP_UA)
-            .send()
-            .await?
-            .error_for_status()?;
-        Ok(r.text().await?)
+        Ok(self.get(url).await?.text().await?)
     }
 
     async fn wait_ok(&self, url: &str, within: Duration) -> anyhow::Result<()> {
@@ -244,23 +230,13 @@ impl Ctx {
     }
 
     async fn start_kube_sim(&self, dir: &Path) -> anyhow::Result<(Proc, String)> {
-        let args: Vec<String> = [
-            "serve",
-            "--listen",
-            "127.0.0.1:0",
-            "--preset",
-            "small",
-            "--seed",
-            "1",
-            "--churn",
-            "0",
-            "--pod-cidr",
-            "127.16.0.0/12",
-            "--node-cidr",
-            "127.8.0.0/16",
-        ]
-        .map(String::from)
-        .to_vec();
+        let args = ClusterSpec {
+            preset: "small",
+            scale: 1.0,
+            seed: 1,
+            churn: 0.0,
+        }
+        .args();
         let (p, found) = Proc::start(
             "kube-sim",
             &self.kube_sim,
@@ -486,12 +462,7 @@ async fn measure(ctx: &Ctx, n: usize, via: Via, run: usize) -> anyhow::Result<Va
     };
     let rv = ctx.list_rv(&target).await?;
     let server = herald.as_ref().unwrap_or(&sim);
-    let addr: SocketAddr = target
-        .strip_prefix("http://")
-        .context("an http:// URL")?
-        .trim_end_matches('/')
-        .parse()
-        .context("target address")?;
+    let addr: SocketAddr = herald_bench::addr_of(&target)?;
     tokio::time::sleep(Duration::from_secs(1)).await;
     let rss_before = server.rss();
 
