@@ -94,6 +94,9 @@ struct SuiteArgs {
     /// Where child logs go [default: a new directory under the temp dir].
     #[arg(long)]
     work_dir: Option<PathBuf>,
+    /// Measure nothing: rewrite RESULTS.md and the SVG from `--out`'s results.json.
+    #[arg(long)]
+    render_only: bool,
     /// RUST_LOG for herald and kube-sim.
     #[arg(long, default_value = "warn")]
     child_log: String,
@@ -224,6 +227,9 @@ async fn suite(args: SuiteArgs) -> anyhow::Result<()> {
         .ok()
         .and_then(|b| serde_json::from_slice(&b).ok())
         .unwrap_or_else(|| json!({"sections": {}}));
+    if args.render_only {
+        return write_all(&doc, &out);
+    }
     doc["machine"] = machine();
     let sections: Vec<Section> = if args.only.is_empty() {
         vec![

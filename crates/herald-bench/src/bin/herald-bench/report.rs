@@ -25,6 +25,14 @@ fn n(v: &Value) -> Option<f64> {
     v.as_f64()
 }
 
+/// A bold ratio, or "–" when it has no value (nothing served, or nothing to divide by).
+fn ratio(x: Option<f64>) -> String {
+    match x.filter(|x| x.is_finite()) {
+        Some(x) => format!("**{}×**", fmt(Some(x), 2)),
+        None => "–".into(),
+    }
+}
+
 fn ms_pair(v: &Value) -> String {
     format!("{} / {}", fmt(n(&v["p50_ms"]), 2), fmt(n(&v["p99_ms"]), 2))
 }
@@ -254,18 +262,15 @@ fn serving(o: &mut String, d: &Value) {
         };
         let (h, s) = (pick("herald"), pick("static"));
         o.push_str(&format!(
-            "| {} | {} | {} | {} | **{}×** | {} | {} | {} | {} | {} | {} | {} |\n",
+            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |\n",
             r["concurrency"],
             r["mode"].as_str().unwrap_or("?").replace('_', " "),
             fmt(n(&h["req_per_s"]), 0),
             fmt(n(&s["req_per_s"]), 0),
-            fmt(n(&r["req_per_s"]), 2),
+            ratio(n(&r["req_per_s"])),
             fmt(n(&h["bytes_per_s"]).map(|x| x / 1e6), 1),
             fmt(n(&s["bytes_per_s"]).map(|x| x / 1e6), 1),
-            match n(&r["bytes_per_s"]).filter(|x| x.is_finite()) {
-                Some(x) => format!("**{}×**", fmt(Some(x), 2)),
-                None => "–".into(),
-            },
+            ratio(n(&r["bytes_per_s"])),
             ms_pair(&h),
             ms_pair(&s),
             fmt(n(&h["server_cpu_us_per_request"]), 1),
