@@ -10,8 +10,8 @@ use herald_core::{Role, TargetGroup};
 use crate::cluster::{
     Cluster, DECODED_BUDGET, Dependency, JobLookup, Object, ObjectKey, StoredObject, WatchKind,
 };
+use crate::compact::{Group, Interner};
 use crate::filter::JobSpec;
-use crate::fragment::Fragment;
 
 /// Which jobs an index operation changed (by position in the job list).
 pub type Changed = BTreeSet<usize>;
@@ -20,8 +20,9 @@ pub type Changed = BTreeSet<usize>;
 #[derive(Debug, Default)]
 struct JobState {
     /// Groups keyed by their object's key: ordered, so responses list groups in a stable order.
-    /// Kept encoded: label maps cost several times their JSON, and responses only ever need the JSON.
-    groups: BTreeMap<ObjectKey, Arc<Fragment>>,
+    /// Kept compact (`compact.rs`): label maps cost several times their JSON, and JSON per target
+    /// repeats every pod's labels.
+    groups: BTreeMap<ObjectKey, Arc<Group>>,
     /// What each group was built from besides its own object.
     deps: HashMap<ObjectKey, Vec<Dependency>>,
     /// Bumped once per index operation that changed this job's groups.
@@ -33,7 +34,7 @@ struct JobState {
 #[derive(Debug, Clone)]
 pub struct JobCut {
     pub generation: u64,
-    pub groups: Vec<Arc<Fragment>>,
+    pub groups: Vec<Arc<Group>>,
 }
 
 /// Every job's target groups over one `Cluster`.
@@ -44,6 +45,8 @@ pub struct Index {
     jobs: Vec<JobState>,
     /// Reverse dependencies: a looked-up object → the (job, group key) pairs built from it.
     dependents: HashMap<Dependency, BTreeSet<(usize, ObjectKey)>>,
+    /// The strings and label blocks of every group.
+    interner: Interner,
 }
 
 impl Index {
@@ -54,6 +57,7 @@ impl Index {
             specs,
             jobs,
             dependents: HashMap::new(),
+            interner: Interner::default(),
         }
     }
 
@@ -146,6 +150,7 @@ impl Index {
             }
         }
         self.cluster.release_decoded();
+        self.interner.maybe_sweep();
         for &j in &changed {
             self.jobs[j].generation += 1;
         }
@@ -163,7 +168,7 @@ impl Index {
             .flatten()
             .map(|obj| {
                 let lookup = JobLookup::new(&self.cluster, &spec.filter);
-                let group = Fragment::of(&build_group(spec, obj, &lookup));
+                let group = Group::of(&build_group(spec, obj, &lookup), &mut self.interner);
                 (group, lookup.into_dependencies())
             });
 

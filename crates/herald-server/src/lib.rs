@@ -2,16 +2,16 @@
 //! discovery index over the cached objects, and the HTTP faces serving Prometheus HTTP SD to any
 //! number of consumers.
 //!
-//! Layers, bottom up: `cluster` (typed per-kind stores and the per-job lookup), `filter` (a job's
-//! namespaces and selectors), `fragment` (a group as pre-encoded HTTP SD JSON), `index` (per-job groups, recomputed
-//! incrementally), `snapshot`
-//! (encoded bodies + ETags per job/shard/generation), `state` (what tasks and handlers share),
-//! `upstream` (watch tasks), `http` (axum router), `serve` (wiring).
+//! Layers, bottom up: `cluster` (per-kind stores of slim projections and the per-job lookup),
+//! `filter` (a job's namespaces and selectors), `compact` (groups as interned, shared label blocks),
+//! `index` (per-job groups, recomputed incrementally), `snapshot` (encoded bodies + ETags per
+//! job/shard/generation), `cache` (upstream objects per served resource), `state` (what tasks and
+//! handlers share), `upstream` (watch tasks), `http` (axum router), `serve` (wiring).
 
 pub mod cache;
 pub mod cluster;
+pub mod compact;
 pub mod filter;
-pub mod fragment;
 pub mod http;
 pub mod index;
 pub mod kube_api;
@@ -23,8 +23,8 @@ pub mod tls;
 pub mod upstream;
 
 pub use cluster::{Object, ObjectKey, StoredObject, WatchKind};
+pub use compact::Group;
 pub use filter::{FilterError, JobFilter, JobSpec};
-pub use fragment::Fragment;
 pub use http::app;
 pub use index::Index;
 pub use serve::{

@@ -11,7 +11,7 @@ use flate2::write::GzEncoder;
 use herald_core::hashmod;
 use md5::{Digest, Md5};
 
-use crate::fragment::Fragment;
+use crate::compact::Group;
 
 /// Shard `index` of `count`, as Prometheus's `hashmod` on `__address__` with modulus `count` followed
 /// by `keep` on `index` (the relabelling prometheus-operator injects for `spec.shards`).
@@ -39,37 +39,22 @@ pub struct Encoded {
 }
 
 impl Encoded {
-    /// Joins the fragments (in their stable order), keeping only the shard's entries.
-    pub fn build(generation: u64, groups: &[Arc<Fragment>], shard: Option<Shard>) -> Encoded {
-        let capacity = 2 + groups.iter().map(|g| g.json().len() + 1).sum::<usize>();
-        let mut json = Vec::with_capacity(if shard.is_some() {
-            capacity / 2
-        } else {
-            capacity
-        });
+    /// Encodes the groups (in their stable order), keeping only the shard's entries.
+    pub fn build(generation: u64, groups: &[Arc<Group>], shard: Option<Shard>) -> Encoded {
+        let mut json = Vec::with_capacity(64 * 1024);
         json.push(b'[');
         let mut targets = 0;
-        let push = |object: &[u8], json: &mut Vec<u8>| {
-            if json.len() > 1 {
-                json.push(b',');
-            }
-            json.extend_from_slice(object);
-        };
+        let mut scratch = Vec::new();
         for group in groups {
-            match shard {
-                None if group.targets() > 0 => {
-                    push(group.json(), &mut json);
-                    targets += group.targets();
+            for target in group.iter() {
+                if shard.is_some_and(|s| !s.holds(&target.address)) {
+                    continue;
                 }
-                None => {}
-                Some(s) => {
-                    for (address, object) in group.entries() {
-                        if s.holds(address) {
-                            push(object, &mut json);
-                            targets += 1;
-                        }
-                    }
+                if targets > 0 {
+                    json.push(b',');
                 }
+                group.write_entry(target, &mut json, &mut scratch);
+                targets += 1;
             }
         }
         json.push(b']');
@@ -159,16 +144,20 @@ mod tests {
     use herald_core::{LabelSet, TargetGroup, encode_http_sd, http_sd_entries};
 
     use super::*;
+    use crate::compact::Interner;
 
-    fn mk_group(source: &str, addrs: &[&str]) -> Arc<Fragment> {
-        Arc::new(Fragment::of(&TargetGroup {
-            source: source.into(),
-            targets: addrs
-                .iter()
-                .map(|a| LabelSet::from([("__address__".to_string(), a.to_string())]))
-                .collect(),
-            labels: LabelSet::from([("job_label".to_string(), source.to_string())]),
-        }))
+    fn mk_group(source: &str, addrs: &[&str]) -> Arc<Group> {
+        Arc::new(Group::of(
+            &TargetGroup {
+                source: source.into(),
+                targets: addrs
+                    .iter()
+                    .map(|a| LabelSet::from([("__address__".to_string(), a.to_string())]))
+                    .collect(),
+                labels: LabelSet::from([("job_label".to_string(), source.to_string())]),
+            },
+            &mut Interner::default(),
+        ))
     }
 
     #[test]
@@ -192,8 +181,11 @@ mod tests {
                 labels: LabelSet::new(),
             },
         ];
-        let fragments: Vec<Arc<Fragment>> =
-            groups.iter().map(|g| Arc::new(Fragment::of(g))).collect();
+        let mut interner = Interner::default();
+        let fragments: Vec<Arc<Group>> = groups
+            .iter()
+            .map(|g| Arc::new(Group::of(g, &mut interner)))
+            .collect();
         let entries: Vec<_> = groups.iter().flat_map(http_sd_entries).collect();
         let e = Encoded::build(1, &fragments, None);
         assert_eq!(e.json.to_vec(), encode_http_sd(&entries));

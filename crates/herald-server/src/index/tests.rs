@@ -4,8 +4,8 @@ use herald_core::AttachMetadata;
 use serde_json::json;
 
 use super::*;
+use crate::compact::{Group, Interner};
 use crate::filter::JobFilter;
-use crate::fragment::Fragment;
 
 fn obj(kind: WatchKind, v: serde_json::Value) -> Object {
     Object::decode(kind, v).expect("fixture decodes")
@@ -88,11 +88,14 @@ fn labels_of(index: &Index, j: usize) -> Vec<LabelSetPair> {
         .groups
         .iter()
         .flat_map(|g| {
-            g.entries()
-                .map(|(target, json)| {
-                    let v: serde_json::Value = serde_json::from_slice(json).expect("json entry");
+            let mut scratch = Vec::new();
+            g.iter()
+                .map(|t| {
+                    let mut json = Vec::new();
+                    g.write_entry(t, &mut json, &mut scratch);
+                    let v: serde_json::Value = serde_json::from_slice(&json).expect("json entry");
                     let labels = serde_json::from_value(v["labels"].clone()).expect("labels");
-                    (target.to_string(), labels)
+                    (t.address.to_string(), labels)
                 })
                 .collect::<Vec<_>>()
         })
@@ -116,7 +119,10 @@ fn a_pod_job_has_one_group_per_pod_built_by_herald_core() {
     assert_eq!(cut.generation, 1);
     let Object::Pod(pod) = &p else { unreachable!() };
     let expected = herald_core::pod_group(pod, &herald_core::NoLookup, NONE);
-    assert_eq!(*cut.groups[0], Fragment::of(&expected));
+    assert_eq!(
+        *cut.groups[0],
+        Group::of(&expected, &mut Interner::default())
+    );
     assert_eq!(index.targets(0), 1);
 }
 

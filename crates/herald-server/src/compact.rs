@@ -1,0 +1,349 @@
+//! Target groups as herald keeps them between responses: interned strings in shared, hash-consed
+//! label blocks, encoded to HTTP SD JSON only when a body is cut.
+//!
+//! Why: pre-encoded JSON per target (what herald kept before) costs ~1.5–5 KiB a target, because every
+//! target repeats its pod's labels and annotations and every label name is ~40 bytes. Here a target
+//! is its address and a few references to blocks; the blocks a pod contributes (its own labels, its
+//! node's) are built once and shared by the pod job's group and every endpoint target that resolves to
+//! that pod, and every string is held once. Memory: `bench/RESULTS.md`, "discovery cost".
+//!
+//! NB: blocks are split by label family (pod, node, the rest) so that the same pod or node yields
+//! byte-equal blocks whichever role built them; equal blocks are then one allocation.
+
+use std::collections::HashSet;
+use std::hash::{Hash, Hasher};
+use std::sync::Arc;
+
+use herald_core::{LabelSet, TargetGroup};
+
+/// An interned string.
+pub type Sym = Arc<str>;
+
+/// Prometheus's address label.
+const ADDRESS: &str = "__address__";
+
+/// A sorted run of labels with unique names, interned: equal blocks share one allocation.
+#[derive(Debug, Clone, Eq)]
+pub struct Block(Arc<[(Sym, Sym)]>);
+
+impl PartialEq for Block {
+    fn eq(&self, other: &Block) -> bool {
+        Arc::ptr_eq(&self.0, &other.0) || self.0 == other.0
+    }
+}
+
+impl Hash for Block {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        self.0.hash(state);
+    }
+}
+
+impl std::borrow::Borrow<[(Sym, Sym)]> for Block {
+    fn borrow(&self) -> &[(Sym, Sym)] {
+        &self.0
+    }
+}
+
+impl Block {
+    pub fn pairs(&self) -> &[(Sym, Sym)] {
+        &self.0
+    }
+}
+
+/// The families a label set is split into. A block holds one family of one label set.
+const FAMILIES: usize = 3;
+
+fn family(key: &str) -> usize {
+    const POD: &str = "__meta_kubernetes_pod_";
+    const CONTAINER: &str = "__meta_kubernetes_pod_container_";
+    if key.starts_with(POD) && !key.starts_with(CONTAINER) {
+        0
+    } else if key.starts_with("__meta_kubernetes_node_") {
+        1
+    } else {
+        2
+    }
+}
+
+/// Strings and blocks in use, each held once. Owned by the index (one writer); what it hands out is
+/// immutable and shared with readers.
+#[derive(Debug, Default)]
+pub struct Interner {
+    syms: HashSet<Sym, foldhash::fast::RandomState>,
+    blocks: HashSet<Block, foldhash::fast::RandomState>,
+    /// Sizes after the last sweep: the next one runs when either doubles.
+    swept: (usize, usize),
+}
+
+impl Interner {
+    pub fn sym(&mut self, s: &str) -> Sym {
+        if let Some(sym) = self.syms.get(s) {
+            return sym.clone();
+        }
+        let sym: Sym = Arc::from(s);
+        self.syms.insert(sym.clone());
+        sym
+    }
+
+    fn block(&mut self, pairs: &[(Sym, Sym)]) -> Block {
+        if let Some(b) = self.blocks.get(pairs) {
+            return b.clone();
+        }
+        let b = Block(Arc::from(pairs));
+        self.blocks.insert(b.clone());
+        b
+    }
+
+    /// `labels` (sorted, as a `LabelSet` is) split by family into interned blocks, empty ones left
+    /// out; `skip` names a label not to keep.
+    fn blocks(&mut self, labels: &LabelSet, skip: Option<&str>) -> Box<[Block]> {
+        let mut runs: [Vec<(Sym, Sym)>; FAMILIES] = Default::default();
+        for (k, v) in labels {
+            if skip == Some(k.as_str()) {
+                continue;
+            }
+            let pair = (self.sym(k), self.sym(v));
+            runs[family(k)].push(pair);
+        }
+        runs.iter()
+            .filter(|r| !r.is_empty())
+            .map(|r| self.block(r))
+            .collect()
+    }
+
+    /// Drops strings and blocks nothing else holds any more, once either table doubled since the last
+    /// sweep: churn (pod names, IPs, uids) must not grow it for ever.
+    pub fn maybe_sweep(&mut self) {
+        let (syms, blocks) = self.swept;
+        if self.syms.len() < 2 * syms.max(4096) && self.blocks.len() < 2 * blocks.max(4096) {
+            return;
+        }
+        // Blocks first: a dropped block releases its strings.
+        self.blocks.retain(|b| Arc::strong_count(&b.0) > 1);
+        self.syms.retain(|s| Arc::strong_count(s) > 1);
+        self.swept = (self.syms.len(), self.blocks.len());
+    }
+
+    /// Strings and blocks held (for metrics and tests).
+    pub fn len(&self) -> (usize, usize) {
+        (self.syms.len(), self.blocks.len())
+    }
+}
+
+/// One target: its address and its own labels.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Target {
+    pub address: Sym,
+    blocks: Box<[Block]>,
+}
+
+/// One object's target group.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Group {
+    labels: Box<[Block]>,
+    targets: Box<[Target]>,
+}
+
+impl Group {
+    /// The compact form of `group`. Targets without `__address__` are left out, as Prometheus (and
+    /// `herald_core::http_sd_entries`) leave them out.
+    pub fn of(group: &TargetGroup, interner: &mut Interner) -> Group {
+        let labels = interner.blocks(&group.labels, None);
+        let targets = group
+            .targets
+            .iter()
+            .filter_map(|t| {
+                let address = interner.sym(t.get(ADDRESS)?);
+                Some(Target {
+                    address,
+                    blocks: interner.blocks(t, Some(ADDRESS)),
+                })
+            })
+            .collect();
+        Group { labels, targets }
+    }
+
+    pub fn targets(&self) -> usize {
+        self.targets.len()
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = &Target> {
+        self.targets.iter()
+    }
+
+    /// Writes `{"targets":["ADDRESS"],"labels":{...}}` for `target` of this group: the group's labels
+    /// overlaid by the target's (the target wins), names in byte order — byte for byte what
+    /// `herald_core::encode_http_sd` writes. `scratch` is reused between calls.
+    pub fn write_entry<'a>(
+        &'a self,
+        target: &'a Target,
+        out: &mut Vec<u8>,
+        scratch: &mut Vec<(&'a str, &'a str, bool)>,
+    ) {
+        scratch.clear();
+        for b in self.labels.iter() {
+            scratch.extend(b.pairs().iter().map(|(k, v)| (&**k, &**v, false)));
+        }
+        for b in target.blocks.iter() {
+            scratch.extend(b.pairs().iter().map(|(k, v)| (&**k, &**v, true)));
+        }
+        // A target's label sorts after the group's of the same name, and the last of equal names is
+        // the one written.
+        scratch.sort_unstable_by(|a, b| a.0.cmp(b.0).then(a.2.cmp(&b.2)));
+        out.extend_from_slice(br#"{"targets":["#);
+        write_str(out, &target.address);
+        out.extend_from_slice(br#"],"labels":{"#);
+        let mut first = true;
+        for (i, (k, v, _)) in scratch.iter().enumerate() {
+            if scratch.get(i + 1).is_some_and(|next| next.0 == *k) {
+                continue;
+            }
+            if !first {
+                out.push(b',');
+            }
+            first = false;
+            write_str(out, k);
+            out.push(b':');
+            write_str(out, v);
+        }
+        out.extend_from_slice(b"}}");
+    }
+}
+
+/// A JSON string. NB: most label names and values need no escaping, so they are copied as they are;
+/// the rest go through serde_json, which escapes as `encode_http_sd` does.
+pub fn write_str(out: &mut Vec<u8>, s: &str) {
+    if s.bytes().all(|b| b >= 0x20 && b != b'"' && b != b'\\') {
+        out.reserve(s.len() + 2);
+        out.push(b'"');
+        out.extend_from_slice(s.as_bytes());
+        out.push(b'"');
+    } else {
+        serde_json::to_writer(&mut *out, s).expect("writing a string to a Vec cannot fail");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::hash::BuildHasher;
+
+    use herald_core::{encode_http_sd, http_sd_entries};
+
+    use super::*;
+
+    fn hash_of<T: Hash>(t: &T) -> u64 {
+        foldhash::fast::FixedState::default().hash_one(t)
+    }
+
+    fn ls(pairs: &[(&str, &str)]) -> LabelSet {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    fn encode(group: &Group) -> Vec<u8> {
+        let mut out = vec![b'['];
+        let mut scratch = Vec::new();
+        for (i, t) in group.iter().enumerate() {
+            if i > 0 {
+                out.push(b',');
+            }
+            group.write_entry(t, &mut out, &mut scratch);
+        }
+        out.push(b']');
+        out
+    }
+
+    #[test]
+    fn entries_are_byte_equal_to_herald_core_s_encoding() {
+        let group = TargetGroup {
+            source: "x".into(),
+            targets: vec![
+                ls(&[
+                    ("__address__", "127.0.0.2:80"),
+                    ("b", "target"),
+                    ("d", "only \"t\""),
+                    ("__meta_kubernetes_pod_name", "p"),
+                ]),
+                ls(&[("__address__", "[::1]:80"), ("a", "t-a"), ("z", "\u{e9}\n")]),
+                ls(&[("no", "address")]),
+                ls(&[("__address__", "127.0.0.3:80")]),
+            ],
+            labels: ls(&[
+                ("a", "g-a"),
+                ("b", "g-b"),
+                ("c", "g\\c"),
+                ("__meta_kubernetes_node_name", "n"),
+                ("__meta_kubernetes_pod_name", "group"),
+            ]),
+        };
+        let mut interner = Interner::default();
+        let compact = Group::of(&group, &mut interner);
+        assert_eq!(compact.targets(), 3);
+        assert_eq!(encode(&compact), encode_http_sd(&http_sd_entries(&group)));
+    }
+
+    #[test]
+    fn a_pod_s_labels_are_one_block_whichever_group_carries_them() {
+        let pod = [
+            ("__meta_kubernetes_pod_name", "web-1"),
+            ("__meta_kubernetes_pod_ip", "127.16.0.1"),
+        ];
+        let mut as_group = ls(&pod);
+        as_group.insert("__meta_kubernetes_namespace".into(), "default".into());
+        let mut as_target = ls(&pod);
+        as_target.insert("__address__".into(), "127.16.0.1:80".into());
+        as_target.insert("__meta_kubernetes_endpointslice_port".into(), "80".into());
+        let mut interner = Interner::default();
+        let a = Group::of(
+            &TargetGroup {
+                source: "pod".into(),
+                targets: vec![ls(&[("__address__", "127.16.0.1:80")])],
+                labels: as_group,
+            },
+            &mut interner,
+        );
+        let b = Group::of(
+            &TargetGroup {
+                source: "slice".into(),
+                targets: vec![as_target],
+                labels: LabelSet::new(),
+            },
+            &mut interner,
+        );
+        let pod_block = &a.labels[0];
+        assert!(Arc::ptr_eq(&pod_block.0, &b.targets[0].blocks[0].0));
+        assert_eq!(hash_of(pod_block), hash_of(&b.targets[0].blocks[0]));
+        assert!(Arc::ptr_eq(&a.targets[0].address, &b.targets[0].address));
+    }
+
+    #[test]
+    fn sweeping_drops_what_no_group_holds() {
+        let mut interner = Interner::default();
+        let mut groups = Vec::new();
+        for i in 0..5000 {
+            groups.push(Group::of(
+                &TargetGroup {
+                    source: String::new(),
+                    targets: vec![ls(&[(
+                        "__address__",
+                        &format!("127.0.{}.{}:80", i / 250, i % 250),
+                    )])],
+                    labels: ls(&[("__meta_kubernetes_pod_name", &format!("p{i}"))]),
+                },
+                &mut interner,
+            ));
+        }
+        let (syms, _) = interner.len();
+        assert!(syms >= 10_000);
+        groups.truncate(10);
+        for _ in 0..4000 {
+            interner.sym("x");
+        }
+        interner.maybe_sweep();
+        let (syms, blocks) = interner.len();
+        assert!(syms <= 21, "{syms} strings left");
+        assert_eq!(blocks, 10);
+    }
+}
