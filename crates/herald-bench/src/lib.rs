@@ -7,10 +7,24 @@
 //! ([`wire`]), a scanner that pulls the send time out of a watch event line without building a JSON tree
 //! ([`scan`]), a log-linear latency histogram ([`hist`]) and `/proc` readers ([`procfs`]).
 
+pub mod cluster;
 pub mod hist;
+pub mod pace;
 pub mod procfs;
+pub mod procs;
 pub mod scan;
+pub mod watchers;
 pub mod wire;
+
+/// The socket address of an `http://HOST:PORT[/]` URL.
+pub fn addr_of(url: &str) -> anyhow::Result<std::net::SocketAddr> {
+    use anyhow::Context as _;
+    url.strip_prefix("http://")
+        .with_context(|| format!("{url} is not an http:// URL"))?
+        .trim_end_matches('/')
+        .parse()
+        .with_context(|| format!("an address in {url}"))
+}
 
 /// Sums every series of the Prometheus text-format metric `name` (all label sets), or `None` when the
 /// exposition has no such series.
@@ -47,6 +61,32 @@ pub fn median(values: &[f64]) -> Option<f64> {
     })
 }
 
+/// `v` with `decimals` decimals and thousands separators; "—" for `None` and non-finite values.
+pub fn fmt(v: Option<f64>, decimals: usize) -> String {
+    match v {
+        Some(x) if x.is_finite() => {
+            let s = format!("{x:.decimals$}");
+            // thousands separators on the integer part
+            let (int, frac) = s
+                .split_once('.')
+                .map_or((s.as_str(), None), |(i, f)| (i, Some(f)));
+            let (sign, digits) = int.strip_prefix('-').map_or(("", int), |d| ("-", d));
+            let mut grouped = String::new();
+            for (i, c) in digits.chars().enumerate() {
+                if i > 0 && (digits.len() - i) % 3 == 0 {
+                    grouped.push(',');
+                }
+                grouped.push(c);
+            }
+            match frac {
+                Some(fr) => format!("{sign}{grouped}.{fr}"),
+                None => format!("{sign}{grouped}"),
+            }
+        }
+        _ => "—".into(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -68,5 +108,22 @@ mod tests {
         assert_eq!(median(&[3.0, 1.0, 2.0]), Some(2.0));
         assert_eq!(median(&[4.0, 1.0, 2.0, 3.0]), Some(2.5));
         assert_eq!(median(&[]), None);
+    }
+
+    #[test]
+    fn fmt_groups_thousands() {
+        assert_eq!(fmt(Some(1234567.891), 1), "1,234,567.9");
+        assert_eq!(fmt(Some(-1000.0), 0), "-1,000");
+        assert_eq!(fmt(Some(f64::NAN), 0), "—");
+        assert_eq!(fmt(None, 2), "—");
+    }
+
+    #[test]
+    fn addr_of_urls() {
+        assert_eq!(
+            addr_of("http://127.0.0.1:8080/").expect("valid").port(),
+            8080
+        );
+        assert!(addr_of("https://127.0.0.1:1").is_err());
     }
 }

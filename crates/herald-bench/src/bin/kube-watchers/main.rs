@@ -14,22 +14,23 @@
 //!
 //! It measures and prints; it asserts nothing about speed.
 
-use std::collections::BTreeMap;
+mod report;
+
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::process::Stdio;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, bail};
 use clap::{Parser, ValueEnum};
-use herald_bench::hist::Hist;
-use herald_bench::{median, metric_sum, procfs, scan, wire};
+use herald_bench::cluster::ClusterSpec;
+use herald_bench::pace::paced;
+use herald_bench::procs::{Proc, default_bin};
+use herald_bench::watchers::{Meter, Target, now_ns, watcher};
+use herald_bench::{metric_sum, procfs};
+use report::{markdown, summarise};
 use serde_json::{Value, json};
-use tokio::io::{AsyncBufReadExt as _, AsyncReadExt as _, AsyncWriteExt as _, BufReader};
-use tokio::net::TcpStream;
-use tokio::process::{Child, Command};
 use tokio::task::JoinSet;
 
 /// The User-Agent of every watcher: kube-sim's meter groups its counts by User-Agent (and keeps at most
@@ -39,10 +40,6 @@ const WRITER_UA: &str = "bench-writer";
 const SETUP_UA: &str = "bench-setup";
 const WATCH_PATH: &str =
     "/api/v1/namespaces/default/configmaps?watch=true&allowWatchBookmarks=true";
-/// Socket read size per watcher.
-const READ_BUF: usize = 8 * 1024;
-/// Latency histogram shards: watcher i records into shard i % SHARDS, once per read.
-const SHARDS: usize = 64;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, ValueEnum)]
 enum Via {
@@ -133,224 +130,6 @@ struct Args {
     admission_burst: u32,
 }
 
-fn now_ns() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_nanos() as u64)
-}
-
-// ---------------------------------------------------------------------------------------------------
-// Watchers
-
-/// What all watchers of one run share. Counters are touched once per socket read, not per event.
-struct Meter {
-    /// Send-time window (ns since the epoch) of the writes whose latency is recorded; also the
-    /// receipt-time window of `delivered_in_window`. `u64::MAX` until set.
-    window_start: AtomicU64,
-    window_end: AtomicU64,
-    shards: Vec<Mutex<Hist>>,
-    delivered_in_window: AtomicU64,
-    /// MODIFIED events received per watcher, over the whole run.
-    per_watcher: Vec<AtomicU64>,
-    /// Watchers that got a 200 at least once.
-    attached: AtomicU64,
-    attached_flags: Vec<AtomicBool>,
-    /// Watches with a 200 response open right now.
-    streaming: AtomicU64,
-    /// Streams the server ended (EOF or the last chunk); the watcher resumed from its last RV.
-    server_ended: AtomicU64,
-    /// ERROR events (410 Expired): the watcher restarted from scratch.
-    expired: AtomicU64,
-    refused_429: AtomicU64,
-    other_status: Mutex<BTreeMap<u16, u64>>,
-    errors: Mutex<BTreeMap<String, u64>>,
-    bookmarks: AtomicU64,
-}
-
-impl Meter {
-    fn new(n: usize) -> Meter {
-        Meter {
-            window_start: AtomicU64::new(u64::MAX),
-            window_end: AtomicU64::new(u64::MAX),
-            shards: (0..SHARDS).map(|_| Mutex::new(Hist::default())).collect(),
-            delivered_in_window: AtomicU64::new(0),
-            per_watcher: (0..n).map(|_| AtomicU64::new(0)).collect(),
-            attached: AtomicU64::new(0),
-            attached_flags: (0..n).map(|_| AtomicBool::new(false)).collect(),
-            streaming: AtomicU64::new(0),
-            server_ended: AtomicU64::new(0),
-            expired: AtomicU64::new(0),
-            refused_429: AtomicU64::new(0),
-            other_status: Mutex::new(BTreeMap::new()),
-            errors: Mutex::new(BTreeMap::new()),
-            bookmarks: AtomicU64::new(0),
-        }
-    }
-
-    fn error(&self, e: &anyhow::Error) {
-        let msg: String = format!("{e:#}").chars().take(160).collect();
-        *self
-            .errors
-            .lock()
-            .expect("no panics under lock")
-            .entry(msg)
-            .or_default() += 1;
-    }
-
-    fn hist(&self) -> Hist {
-        let mut h = Hist::default();
-        for s in &self.shards {
-            h.merge(&s.lock().expect("no panics under lock"));
-        }
-        h
-    }
-}
-
-enum Outcome {
-    /// The server ended the stream.
-    Ended,
-    /// An ERROR event: resuming from the last RV is not possible.
-    Expired,
-    /// 429, with Retry-After seconds.
-    Refused(Option<u64>),
-    /// Any other non-200 status.
-    Status(u16),
-}
-
-/// Counts a watch as streaming while it lives.
-struct Streaming<'a>(&'a Meter);
-impl Drop for Streaming<'_> {
-    fn drop(&mut self) {
-        self.0.streaming.fetch_sub(1, Relaxed);
-    }
-}
-
-/// One watcher for the life of the run: watch, and when the stream ends resume from the last RV seen
-/// (as an informer does), restarting from scratch after an ERROR event.
-async fn watcher(id: usize, addr: SocketAddr, start_rv: u64, m: Arc<Meter>) {
-    let mut rv = Some(start_rv);
-    let mut samples = Vec::new();
-    loop {
-        match watch_once(id, addr, &mut rv, &m, &mut samples).await {
-            Ok(Outcome::Ended) => {
-                m.server_ended.fetch_add(1, Relaxed);
-            }
-            Ok(Outcome::Expired) => {
-                m.expired.fetch_add(1, Relaxed);
-                rv = None;
-            }
-            Ok(Outcome::Refused(after)) => {
-                m.refused_429.fetch_add(1, Relaxed);
-                tokio::time::sleep(Duration::from_secs(after.unwrap_or(1).max(1))).await;
-            }
-            Ok(Outcome::Status(code)) => {
-                *m.other_status
-                    .lock()
-                    .expect("no panics under lock")
-                    .entry(code)
-                    .or_default() += 1;
-                tokio::time::sleep(Duration::from_secs(1)).await;
-            }
-            Err(e) => {
-                m.error(&e);
-                tokio::time::sleep(Duration::from_secs(1)).await;
-            }
-        }
-    }
-}
-
-async fn watch_once(
-    id: usize,
-    addr: SocketAddr,
-    rv: &mut Option<u64>,
-    m: &Meter,
-    samples: &mut Vec<u64>,
-) -> anyhow::Result<Outcome> {
-    let mut s = TcpStream::connect(addr).await.context("connect")?;
-    s.set_nodelay(true)?;
-    let path = match rv {
-        Some(v) => format!("{WATCH_PATH}&resourceVersion={v}"),
-        None => WATCH_PATH.to_string(),
-    };
-    s.write_all(&wire::get_request(&path, &addr.to_string(), WATCHER_UA))
-        .await
-        .context("sending the request")?;
-    let mut raw: Vec<u8> = Vec::with_capacity(READ_BUF);
-    let head = loop {
-        if s.read_buf(&mut raw).await.context("reading the head")? == 0 {
-            bail!("connection closed before the response head");
-        }
-        if let Some(h) = wire::parse_head(&raw).map_err(anyhow::Error::msg)? {
-            break h;
-        }
-    };
-    match head.status {
-        200 => {}
-        429 => return Ok(Outcome::Refused(head.retry_after)),
-        code => return Ok(Outcome::Status(code)),
-    }
-    raw.drain(..head.len);
-    m.streaming.fetch_add(1, Relaxed);
-    let _streaming = Streaming(m);
-    if !m.attached_flags[id].swap(true, Relaxed) {
-        m.attached.fetch_add(1, Relaxed);
-    }
-    let mut chunked = head.chunked.then(wire::Chunked::default);
-    let mut body: Vec<u8> = Vec::with_capacity(READ_BUF);
-    loop {
-        match &mut chunked {
-            Some(d) => {
-                let used = d.decode(&raw, &mut body).map_err(anyhow::Error::msg)?;
-                raw.drain(..used);
-            }
-            None => {
-                body.append(&mut raw);
-            }
-        }
-        if !body.is_empty() {
-            let now = now_ns();
-            let ws = m.window_start.load(Relaxed);
-            let we = m.window_end.load(Relaxed);
-            let batch = scan::take_lines(&mut body, |t| {
-                if t >= ws && t <= we {
-                    samples.push(now.saturating_sub(t) / 1000);
-                }
-            });
-            if !samples.is_empty() {
-                let mut h = m.shards[id % SHARDS].lock().expect("no panics under lock");
-                for &v in samples.iter() {
-                    h.record(v);
-                }
-                samples.clear();
-            }
-            if batch.modified > 0 {
-                m.per_watcher[id].fetch_add(batch.modified, Relaxed);
-                if now >= ws && now <= we {
-                    m.delivered_in_window.fetch_add(batch.modified, Relaxed);
-                }
-            }
-            if batch.bookmarks > 0 {
-                m.bookmarks.fetch_add(batch.bookmarks, Relaxed);
-            }
-            if let Some(v) = batch.last_rv {
-                *rv = Some(v);
-            }
-            if batch.error {
-                return Ok(Outcome::Expired);
-            }
-        }
-        if chunked.as_ref().is_some_and(wire::Chunked::done) {
-            return Ok(Outcome::Ended);
-        }
-        if raw.capacity() - raw.len() < READ_BUF / 2 {
-            raw.reserve(READ_BUF);
-        }
-        if s.read_buf(&mut raw).await.context("reading the stream")? == 0 {
-            return Ok(Outcome::Ended);
-        }
-    }
-}
-
 // ---------------------------------------------------------------------------------------------------
 // Writer
 
@@ -370,23 +149,12 @@ async fn writer(
     rate: f64,
     m: Arc<Meter>,
     counts: Arc<WriteCounts>,
-    mut stop: tokio::sync::watch::Receiver<bool>,
+    stop: tokio::sync::watch::Receiver<bool>,
 ) {
-    let sem = Arc::new(tokio::sync::Semaphore::new(64));
-    let mut iv = tokio::time::interval(Duration::from_secs_f64(1.0 / rate));
-    let mut i = 0usize;
-    loop {
-        tokio::select! {
-            _ = iv.tick() => {}
-            _ = stop.changed() => break,
-        }
-        let Ok(permit) = sem.clone().acquire_owned().await else {
-            break;
-        };
+    paced(rate, 64, stop, |i| {
         let name = format!("bench-{}", i % k);
-        i += 1;
         let (client, sim, m, counts) = (client.clone(), sim.clone(), m.clone(), counts.clone());
-        tokio::spawn(async move {
+        async move {
             let t = now_ns();
             let body = json!({
                 "apiVersion": "v1",
@@ -411,98 +179,9 @@ async fn writer(
                     counts.failed.fetch_add(1, Relaxed);
                 }
             }
-            drop(permit);
-        });
-    }
-    let _ = sem.acquire_many(64).await;
-}
-
-// ---------------------------------------------------------------------------------------------------
-// Child processes
-
-struct Proc {
-    name: &'static str,
-    child: Child,
-    pid: u32,
-}
-
-impl Proc {
-    /// Starts `bin args…` with stderr to `dir/NAME.log`, and returns it with the stdout lines the caller
-    /// waits for (each the first line that starts with one of `wanted`, rest of line returned).
-    async fn start(
-        name: &'static str,
-        bin: &Path,
-        args: &[String],
-        dir: &Path,
-        log: &str,
-        wanted: &[&str],
-    ) -> anyhow::Result<(Proc, Vec<String>)> {
-        let stderr = std::fs::File::create(dir.join(format!("{name}.log")))?;
-        let mut child = Command::new(bin)
-            .args(args)
-            .env("RUST_LOG", log)
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(stderr)
-            .kill_on_drop(true)
-            .spawn()
-            .with_context(|| format!("starting {}", bin.display()))?;
-        let pid = child.id().context("child pid")?;
-        let mut lines = BufReader::new(child.stdout.take().context("stdout")?).lines();
-        let mut found = vec![None; wanted.len()];
-        let deadline = tokio::time::Instant::now() + Duration::from_secs(120);
-        while found.iter().any(Option::is_none) {
-            let line = tokio::time::timeout_at(deadline, lines.next_line())
-                .await
-                .with_context(|| format!("{name} did not print its address within 120 s"))??
-                .with_context(|| {
-                    format!(
-                        "{name} exited before printing its address (see {})",
-                        dir.join(format!("{name}.log")).display()
-                    )
-                })?;
-            for (i, w) in wanted.iter().enumerate() {
-                if found[i].is_none()
-                    && let Some(rest) = line.strip_prefix(w)
-                {
-                    found[i] = Some(rest.trim().to_string());
-                }
-            }
         }
-        // Keep draining stdout so the child never blocks on a full pipe.
-        tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
-        Ok((
-            Proc { name, child, pid },
-            found.into_iter().map(Option::unwrap_or_default).collect(),
-        ))
-    }
-
-    fn cpu(&self) -> f64 {
-        procfs::cpu_seconds(&self.pid.to_string()).unwrap_or(f64::NAN)
-    }
-
-    fn rss(&self) -> f64 {
-        procfs::rss_bytes(&self.pid.to_string()).map_or(f64::NAN, |b| b as f64)
-    }
-
-    async fn stop(mut self) {
-        if let Ok(Some(status)) = self.child.try_wait() {
-            eprintln!("  note: {} had already exited: {status}", self.name);
-            return;
-        }
-        let _ = self.child.start_kill();
-        let _ = self.child.wait().await;
-    }
-}
-
-fn default_bin(name: &str) -> PathBuf {
-    if let Some(dir) = std::env::var_os("CARGO_TARGET_DIR") {
-        return PathBuf::from(dir).join("release").join(name);
-    }
-    std::env::current_exe()
-        .ok()
-        .and_then(|p| p.parent().map(|d| d.join(name)))
-        .unwrap_or_else(|| PathBuf::from("target/release").join(name))
+    })
+    .await;
 }
 
 // ---------------------------------------------------------------------------------------------------
@@ -517,26 +196,22 @@ struct Ctx {
 }
 
 impl Ctx {
-    async fn get_json(&self, url: &str) -> anyhow::Result<Value> {
-        let r = self
+    async fn get(&self, url: &str) -> anyhow::Result<reqwest::Response> {
+        Ok(self
             .http
             .get(url)
             .header(reqwest::header::USER_AGENT, SETUP_UA)
             .send()
             .await?
-            .error_for_status()?;
-        Ok(r.json().await?)
+            .error_for_status()?)
+    }
+
+    async fn get_json(&self, url: &str) -> anyhow::Result<Value> {
+        Ok(self.get(url).await?.json().await?)
     }
 
     async fn get_text(&self, url: &str) -> anyhow::Result<String> {
-        let r = self
-            .http
-            .get(url)
-            .header(reqwest::header::USER_AGENT, SETUP_UA)
-            .send()
-            .await?
-            .error_for_status()?;
-        Ok(r.text().await?)
+        Ok(self.get(url).await?.text().await?)
     }
 
     async fn wait_ok(&self, url: &str, within: Duration) -> anyhow::Result<()> {
@@ -555,23 +230,13 @@ impl Ctx {
     }
 
     async fn start_kube_sim(&self, dir: &Path) -> anyhow::Result<(Proc, String)> {
-        let args: Vec<String> = [
-            "serve",
-            "--listen",
-            "127.0.0.1:0",
-            "--preset",
-            "small",
-            "--seed",
-            "1",
-            "--churn",
-            "0",
-            "--pod-cidr",
-            "127.16.0.0/12",
-            "--node-cidr",
-            "127.8.0.0/16",
-        ]
-        .map(String::from)
-        .to_vec();
+        let args = ClusterSpec {
+            preset: "small",
+            scale: 1.0,
+            seed: 1,
+            churn: 0.0,
+        }
+        .args();
         let (p, found) = Proc::start(
             "kube-sim",
             &self.kube_sim,
@@ -797,12 +462,7 @@ async fn measure(ctx: &Ctx, n: usize, via: Via, run: usize) -> anyhow::Result<Va
     };
     let rv = ctx.list_rv(&target).await?;
     let server = herald.as_ref().unwrap_or(&sim);
-    let addr: SocketAddr = target
-        .strip_prefix("http://")
-        .context("an http:// URL")?
-        .trim_end_matches('/')
-        .parse()
-        .context("target address")?;
+    let addr: SocketAddr = herald_bench::addr_of(&target)?;
     tokio::time::sleep(Duration::from_secs(1)).await;
     let rss_before = server.rss();
 
@@ -811,9 +471,14 @@ async fn measure(ctx: &Ctx, n: usize, via: Via, run: usize) -> anyhow::Result<Va
     let mut set = JoinSet::new();
     let t_attach = Instant::now();
     let mut iv = tokio::time::interval(Duration::from_secs_f64(1.0 / a.attach_rate));
+    let watch_target = Arc::new(Target {
+        addr,
+        path: WATCH_PATH.to_string(),
+        user_agent: WATCHER_UA,
+    });
     for id in 0..n {
         iv.tick().await;
-        set.spawn(watcher(id, addr, rv, m.clone()));
+        set.spawn(watcher(id, watch_target.clone(), Some(rv), m.clone()));
     }
     let attach_deadline =
         t_attach + Duration::from_secs_f64(n as f64 / a.attach_rate + a.attach_timeout);
@@ -1029,207 +694,6 @@ async fn measure(ctx: &Ctx, n: usize, via: Via, run: usize) -> anyhow::Result<Va
         server_cpu / window,
     );
     Ok(result)
-}
-
-// ---------------------------------------------------------------------------------------------------
-// Report
-
-fn get(v: &Value, path: &str) -> Option<f64> {
-    path.split('.')
-        .try_fold(v, |v, k| v.get(k))
-        .and_then(Value::as_f64)
-}
-
-/// Medians of every numeric leaf over `runs` (non-numeric leaves from the first run).
-fn median_doc(runs: &[&Value]) -> Value {
-    fn go(runs: &[&Value]) -> Value {
-        match runs[0] {
-            Value::Object(o) => Value::Object(
-                o.keys()
-                    .map(|k| {
-                        let sub: Vec<&Value> = runs.iter().map(|r| &r[k]).collect();
-                        (k.clone(), go(&sub))
-                    })
-                    .collect(),
-            ),
-            Value::Number(_) => {
-                let xs: Vec<f64> = runs.iter().filter_map(|r| r.as_f64()).collect();
-                median(&xs).map_or(Value::Null, |m| json!(m))
-            }
-            other => other.clone(),
-        }
-    }
-    go(runs)
-}
-
-fn f(v: Option<f64>, decimals: usize) -> String {
-    match v {
-        Some(x) if x.is_finite() => {
-            let s = format!("{x:.decimals$}");
-            // thousands separators on the integer part
-            let (int, frac) = s
-                .split_once('.')
-                .map_or((s.as_str(), None), |(i, f)| (i, Some(f)));
-            let (sign, digits) = int.strip_prefix('-').map_or(("", int), |d| ("-", d));
-            let mut grouped = String::new();
-            for (i, c) in digits.chars().enumerate() {
-                if i > 0 && (digits.len() - i) % 3 == 0 {
-                    grouped.push(',');
-                }
-                grouped.push(c);
-            }
-            match frac {
-                Some(fr) => format!("{sign}{grouped}.{fr}"),
-                None => format!("{sign}{grouped}"),
-            }
-        }
-        _ => "—".into(),
-    }
-}
-
-fn markdown(meds: &[Value], ratios: &[Value], runs: usize) -> String {
-    let mut out = String::new();
-    out.push_str(&format!(
-        "Medians over {runs} run(s) per row. After the window the writer stops and watchers get up to the drain timeout to receive every write; what is still missing then is the last column. Latency = receipt by the watcher − send time of the PUT to kube-sim (write, kube-sim, [herald], client). \"server\" is the process the watchers are attached to (herald, or kube-sim for `direct`). CPU is utime+stime from /proc over the window; \"rest of the machine\" is the machine's busy time (/proc/stat) minus herald's, kube-sim's and the client's: other processes, and kernel time (loopback TCP softirq) not charged to any of them.\n\n"
-    ));
-    out.push_str("| watchers | via | streaming | delivered events/s (expected) | writes/s → herald ingested/s (herald's RV behind kube-sim's at the end) | p50 ms | p99 ms | max ms | server CPU cores | server CPU µs / delivered event | server RSS KiB / watcher | kube-sim CPU cores | client CPU cores | rest of the machine, cores | closed as slow / 429 / stream ends / events undelivered when the drain ended |\n");
-    out.push_str("|---:|---|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|\n");
-    for m in meds {
-        let herald = m["via"] == "herald";
-        let slow = if herald {
-            f(get(m, "herald.watchers_closed_slow_total"), 0)
-        } else {
-            "n/a".into()
-        };
-        let ingest = if herald {
-            format!(
-                "{} → {} ({})",
-                f(get(m, "writes_per_s"), 1),
-                f(get(m, "herald.upstream_events_per_s"), 1),
-                f(
-                    get(m, "herald.cache_rv_lag_at_window_end").map(|l| l.max(0.0)),
-                    0
-                )
-            )
-        } else {
-            format!("{} → n/a", f(get(m, "writes_per_s"), 1))
-        };
-        out.push_str(&format!(
-            "| {} | {} | {} | {} ({}) | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} / {} / {} / {} |\n",
-            f(get(m, "watchers"), 0),
-            m["via"].as_str().unwrap_or("?"),
-            f(get(m, "attached"), 0),
-            f(get(m, "delivered_per_s"), 0),
-            f(get(m, "expected_per_s"), 0),
-            ingest,
-            f(get(m, "latency_ms.p50"), 1),
-            f(get(m, "latency_ms.p99"), 1),
-            f(get(m, "latency_ms.max"), 1),
-            f(get(m, "server.cpu_cores"), 2),
-            f(get(m, "server.cpu_us_per_delivered_event"), 2),
-            f(get(m, "server.kib_per_watcher_end"), 1),
-            f(get(m, "kube_sim.cpu_cores"), 2),
-            f(get(m, "client.cpu_cores"), 2),
-            f(get(m, "rest_of_machine_cores"), 2),
-            slow,
-            f(get(m, "client.refused_429"), 0),
-            f(get(m, "client.server_ended_streams"), 0),
-            f(get(m, "completeness.missing_events"), 0),
-        ));
-    }
-    if !ratios.is_empty() {
-        out.push_str("\nkube-sim's load, same watchers direct versus through herald (kube-sim's `/sim/stats`, readers other than the benchmark's writer; bytes over the measured window; ratio within one run, median over runs):\n\n");
-        out.push_str("| watchers | kube-sim bytes/s direct | via herald | ratio | kube-sim open watches direct | via herald | ratio |\n");
-        out.push_str("|---:|---:|---:|---:|---:|---:|---:|\n");
-        for r in ratios {
-            out.push_str(&format!(
-                "| {} | {} | {} | **{}×** | {} | {} | **{}×** |\n",
-                f(get(r, "watchers"), 0),
-                f(get(r, "direct_bytes_per_s"), 0),
-                f(get(r, "herald_bytes_per_s"), 0),
-                f(get(r, "bytes_ratio"), 0),
-                f(get(r, "direct_watches"), 0),
-                f(get(r, "herald_watches"), 0),
-                f(get(r, "watches_ratio"), 0),
-            ));
-        }
-    }
-    out
-}
-
-/// Medians per (N, path) in first-seen order, and the direct/herald ratios of kube-sim's load per N
-/// (within each run, then the median over runs). Fills `rest_of_machine_cores` in runs recorded
-/// before it existed.
-fn summarise(all: &mut [Value]) -> (Vec<Value>, Vec<Value>) {
-    for r in all.iter_mut() {
-        if r.get("rest_of_machine_cores").is_none() {
-            let sim = if r["via"] == "herald" {
-                get(r, "kube_sim.cpu_cores").unwrap_or(0.0)
-            } else {
-                0.0
-            };
-            let ours = get(r, "server.cpu_cores").unwrap_or(f64::NAN)
-                + sim
-                + get(r, "client.cpu_cores").unwrap_or(f64::NAN);
-            r["rest_of_machine_cores"] =
-                json!(get(r, "machine_busy_cores").unwrap_or(f64::NAN) - ours);
-        }
-    }
-    let mut keys: Vec<(u64, String)> = Vec::new();
-    for r in all.iter() {
-        let k = (
-            r["watchers"].as_u64().unwrap_or(0),
-            r["via"].as_str().unwrap_or("").to_string(),
-        );
-        if !keys.contains(&k) {
-            keys.push(k);
-        }
-    }
-    let mut meds = Vec::new();
-    for (n, via) in &keys {
-        let runs: Vec<&Value> = all
-            .iter()
-            .filter(|v| v["watchers"] == *n && v["via"] == via.as_str())
-            .collect();
-        meds.push(median_doc(&runs));
-    }
-    let mut ns: Vec<u64> = keys.iter().map(|k| k.0).collect();
-    ns.dedup();
-    let mut ratios = Vec::new();
-    for n in ns {
-        let mut per_run = Vec::new();
-        let mut run_ids: Vec<u64> = all
-            .iter()
-            .filter(|v| v["watchers"] == n)
-            .filter_map(|v| v["run"].as_u64())
-            .collect();
-        run_ids.sort_unstable();
-        run_ids.dedup();
-        for run in run_ids {
-            let pick = |via: &str| {
-                all.iter()
-                    .find(|v| v["watchers"] == n && v["via"] == via && v["run"] == run)
-            };
-            if let (Some(d), Some(h)) = (pick("direct"), pick("herald")) {
-                let db = get(d, "kube_sim.reader_bytes_per_s").unwrap_or(f64::NAN);
-                let hb = get(h, "kube_sim.reader_bytes_per_s").unwrap_or(f64::NAN);
-                let dw = get(d, "kube_sim.reader_watches_open").unwrap_or(f64::NAN);
-                let hw = get(h, "kube_sim.reader_watches_open").unwrap_or(f64::NAN);
-                per_run.push(json!({
-                    "watchers": n, "run": run,
-                    "direct_bytes_per_s": db, "herald_bytes_per_s": hb, "bytes_ratio": db / hb,
-                    "direct_watches": dw, "herald_watches": hw, "watches_ratio": dw / hw,
-                }));
-            }
-        }
-        if !per_run.is_empty() {
-            let refs: Vec<&Value> = per_run.iter().collect();
-            let mut med = median_doc(&refs);
-            med["per_run"] = json!(per_run);
-            ratios.push(med);
-        }
-    }
-    (meds, ratios)
 }
 
 #[tokio::main]

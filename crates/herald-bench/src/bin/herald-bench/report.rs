@@ -1,0 +1,347 @@
+//! The suite's report: `results.json` (every section with its own date, command and commit, so
+//! `--only` refreshes one section and keeps the others) rendered as the RESULTS.md section between
+//! two marker comments.
+
+use std::path::Path;
+
+use herald_bench::fmt;
+use serde_json::Value;
+
+pub const BEGIN: &str = "<!-- herald-bench suite: begin (written by bench/run; edits between these markers are overwritten) -->";
+pub const END: &str = "<!-- herald-bench suite: end -->";
+
+/// The four sections, in order: (key, title).
+pub const SECTIONS: [(&str, &str); 4] = [
+    ("discovery", "1. Discovery cost versus a real peer"),
+    (
+        "control",
+        "2. Control-plane load, direct versus through herald",
+    ),
+    ("serving", "3. Serving"),
+    ("propagation", "4. Propagation"),
+];
+
+fn n(v: &Value) -> Option<f64> {
+    v.as_f64()
+}
+
+/// A bold ratio, or "–" when it has no value (nothing served, or nothing to divide by).
+fn ratio(x: Option<f64>) -> String {
+    match x.filter(|x| x.is_finite()) {
+        Some(x) => format!("**{}×**", fmt(Some(x), 2)),
+        None => "–".into(),
+    }
+}
+
+fn ms_pair(v: &Value) -> String {
+    format!("{} / {}", fmt(n(&v["p50_ms"]), 2), fmt(n(&v["p99_ms"]), 2))
+}
+
+/// The whole markdown section, markers included.
+pub fn markdown(doc: &Value) -> String {
+    let m = &doc["machine"];
+    let mut o = format!(
+        "{BEGIN}\n## Benchmark suite (issue 9) — `bench/run`\n\n\
+         Written by `bench/run` (`herald-bench suite`, `crates/herald-bench`): kube-sim, herald, vmagent, \
+         the static server and the clients are separate processes on 127.0.0.1. Every pod and node \
+         address kube-sim generates is loopback and vmagent drops every target, so nothing dials out.\n\n\
+         Machine: {} × {} (`nproc` {}), {} GiB RAM (MemTotal), Linux {}.\n",
+        m["cpu_model"].as_str().unwrap_or("?"),
+        m["cpus"],
+        m["nproc"],
+        fmt(n(&m["mem_total_gib"]), 1),
+        m["kernel"].as_str().unwrap_or("?"),
+    );
+    for (key, title) in SECTIONS {
+        let s = &doc["sections"][key];
+        o.push_str(&format!("\n### {title}\n\n"));
+        if s.is_null() {
+            o.push_str("Not run yet.\n");
+            continue;
+        }
+        let meta = &s["meta"];
+        o.push_str(&format!(
+            "Run {} UTC ({:.0} s), `{}`, commit `{}`, herald `{}`, vmagent `{}`. Load average before/after: {} / {}.{}\n\n",
+            meta["date_utc"].as_str().unwrap_or("?"),
+            meta["seconds"].as_f64().unwrap_or(0.0),
+            meta["command"].as_str().unwrap_or("?"),
+            meta["commit"].as_str().unwrap_or("?"),
+            meta["herald_version"].as_str().unwrap_or("?"),
+            meta["vmagent_version"].as_str().unwrap_or("not installed"),
+            meta["loadavg_before"].as_str().unwrap_or("?"),
+            meta["loadavg_after"].as_str().unwrap_or("?"),
+            meta["note"]
+                .as_str()
+                .map(|t| format!(" **Conditions: {t}**"))
+                .unwrap_or_default(),
+        ));
+        let d = &s["data"];
+        if let Some(e) = s["error"].as_str() {
+            o.push_str(&format!("**The section failed**: {e}\n"));
+            continue;
+        }
+        match key {
+            "discovery" => discovery(&mut o, d),
+            "control" => control(&mut o, d),
+            "serving" => serving(&mut o, d),
+            _ => propagation(&mut o, d),
+        }
+    }
+    o.push_str(&format!("\n{END}\n"));
+    o
+}
+
+fn discovery(o: &mut String, d: &Value) {
+    o.push_str(&format!(
+        "Jobs `pod` and `endpointslice`, each process alone against the same kube-sim (preset `{}`, seed {}, \
+         churn 0). herald is synced at `/readyz`; vmagent when its informers hold every pod, EndpointSlice \
+         and Service. RSS and CPU seconds 2 s after the sync. Medians of {} run(s) at scale {}, {} elsewhere.\n\n",
+        d["preset"].as_str().unwrap_or("?"),
+        d["seed"],
+        d["runs"]["at_main_scale"],
+        d["runs"]["main_scale"],
+        d["runs"]["elsewhere"],
+    ));
+    o.push_str("| scale | pods | who | first complete sync s | RSS after sync MiB | peak RSS MiB | CPU s | bytes from kube-sim | targets (herald) |\n|---:|---:|---|---:|---:|---:|---:|---:|---:|\n");
+    for p in d["points"].as_array().into_iter().flatten() {
+        for who in ["herald", "vmagent"] {
+            let med = &p[who]["median"];
+            if med.is_null() {
+                continue;
+            }
+            o.push_str(&format!(
+                "| {} | {} | {who} | {} | {} | {} | {} | {} | {} |\n",
+                p["scale"],
+                fmt(n(&p["pods"]), 0),
+                fmt(n(&med["sync_seconds"]), 1),
+                fmt(n(&med["rss_mib"]), 0),
+                fmt(n(&med["peak_rss_mib"]), 0),
+                fmt(n(&med["cpu_seconds"]), 1),
+                fmt(n(&med["upstream_bytes"]), 0),
+                fmt(n(&med["targets"]), 0),
+            ));
+        }
+        let r = |k: &str| {
+            n(&p["herald"]["median"][k])
+                .zip(n(&p["vmagent"]["median"][k]))
+                .map(|(a, b)| a / b)
+        };
+        if r("sync_seconds").is_some() {
+            o.push_str(&format!(
+                "| {} | | **herald / vmagent** | **{}×** | **{}×** | {}× | {}× | {}× | |\n",
+                p["scale"],
+                fmt(r("sync_seconds"), 2),
+                fmt(r("rss_mib"), 2),
+                fmt(r("peak_rss_mib"), 2),
+                fmt(r("cpu_seconds"), 2),
+                fmt(r("upstream_bytes"), 2),
+            ));
+        }
+    }
+    for s in d["skipped"].as_array().into_iter().flatten() {
+        o.push_str(&format!("\nNot measured: {}\n", s.as_str().unwrap_or("?")));
+    }
+    if !d["vmagent_installed"].as_bool().unwrap_or(false) {
+        o.push_str(
+            "\nvmagent was not installed: herald rows only (`apt-get install victoria-metrics`).\n",
+        );
+    }
+    o.push_str(
+        "\n![herald and vmagent: first sync and RSS against cluster size](discovery-scaling.svg)\n",
+    );
+}
+
+fn control(o: &mut String, d: &Value) {
+    o.push_str(&format!(
+        "One kube-sim ({}); one herald (jobs `pod` and `endpointslice`, Kubernetes API face on) attached \
+         throughout. Each row: from just before N consumers attach to {} s later ({} s warm-up + {} s \
+         window), one run. kube-sim figures are deltas of its meter: direct rows count the consumers' requests, \
+         `herald` rows herald's (its consumers never reach kube-sim); kube-sim's CPU includes its churn. herald's initial sync took {} bytes in {} LISTs/watches before the rows. \
+         `watchers`: kube-rs-style informers of every pod (LIST, then WATCH); `vmagent`: kubernetes_sd on \
+         kube-sim (direct) or http_sd on herald every {} s; `http_sd`: pollers of both jobs every {} s. \
+         herald egress = `herald_kube_bytes_sent_total` + `herald_sd_bytes_served_total`. The last column \
+         compares kube-sim's writes (resourceVersions) in the row with the objects herald took in \
+         (`herald_upstream_events_total`): far fewer means herald fell behind its upstream.\n\n",
+        d["cluster"].as_str().unwrap_or("?"),
+        fmt(n(&d["warmup_seconds"]).zip(n(&d["window_seconds"])).map(|(a, b)| a + b), 0),
+        d["warmup_seconds"],
+        d["window_seconds"],
+        fmt(n(&d["herald_initial_sync_from_kube_sim"]["bytes"]), 0),
+        fmt(
+            n(&d["herald_initial_sync_from_kube_sim"]["lists"])
+                .zip(n(&d["herald_initial_sync_from_kube_sim"]["watches_started"]))
+                .map(|(a, b)| a + b),
+            0
+        ),
+        d["poll_interval_seconds"],
+        d["poll_interval_seconds"],
+    ));
+    o.push_str("| consumer | N | via | kube-sim open watches | kube-sim watch events | kube-sim bytes | kube-sim LISTs | kube-sim CPU s | herald CPU s | herald egress bytes | consumers CPU s | kube-sim writes → herald ingested |\n|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---|\n");
+    for r in d["rows"].as_array().into_iter().flatten() {
+        let k = &r["kube_sim"];
+        let herald = r["via"] == "herald";
+        let ingest = format!(
+            "{} → {}",
+            fmt(n(&r["kube_sim_writes"]), 0),
+            fmt(n(&r["herald"]["upstream_events"]), 0)
+        );
+        o.push_str(&format!(
+            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |\n",
+            r["consumer"].as_str().unwrap_or("?"),
+            r["n"],
+            r["via"].as_str().unwrap_or("?"),
+            fmt(n(&k["watches_open"]), 0),
+            fmt(n(&k["watch_events"]), 0),
+            fmt(n(&k["bytes"]), 0),
+            fmt(n(&k["lists"]), 0),
+            fmt(n(&k["cpu_seconds"]), 2),
+            if herald {
+                fmt(n(&r["herald"]["cpu_seconds"]), 2)
+            } else {
+                "–".into()
+            },
+            if herald {
+                fmt(n(&r["herald"]["egress_bytes"]), 0)
+            } else {
+                "–".into()
+            },
+            fmt(n(&r["consumers_cpu_seconds"]), 2),
+            ingest,
+        ));
+    }
+    o.push_str("\nRatio direct / through herald (same N, same run; `http_sd` rows are compared with N direct `watchers`):\n\n| consumer | N | kube-sim bytes | open watches | watch events | kube-sim CPU |\n|---|---:|---:|---:|---:|---:|\n");
+    for r in d["ratios_direct_over_herald"]
+        .as_array()
+        .into_iter()
+        .flatten()
+    {
+        o.push_str(&format!(
+            "| {} | {} | {}× | {}× | {}× | {}× |\n",
+            r["consumer"].as_str().unwrap_or("?"),
+            r["n"],
+            fmt(n(&r["bytes"]), 1),
+            fmt(n(&r["watches_open"]), 1),
+            fmt(n(&r["watch_events"]), 1),
+            fmt(n(&r["cpu_seconds"]), 1),
+        ));
+    }
+}
+
+fn serving(o: &mut String, d: &Value) {
+    let b = &d["body"];
+    o.push_str(&format!(
+        "kube-sim {}; herald serves `{}`: {} targets, {} bytes identity, {} bytes gzip. The static server \
+         (`herald-bench static-server`) fetched the same bytes and ETag from herald once and serves them from \
+         memory with hyper. Keep-alive clients (hyper), {} s per cell after {} s warm-up, herald and static \
+         interleaved, one run; ratios within the run. identity = no Accept-Encoding (as Prometheus asks); \
+         304 = If-None-Match with the ETag. CPU per request = server CPU over warm-up and window / requests.\n\n",
+        d["cluster"].as_str().unwrap_or("?"),
+        d["path"].as_str().unwrap_or("?"),
+        fmt(n(&b["targets"]), 0),
+        fmt(n(&b["identity_bytes"]), 0),
+        fmt(n(&b["gzip_bytes"]), 0),
+        d["seconds_per_cell"],
+        d["warmup_seconds"],
+    ));
+    o.push_str("| clients | response | herald req/s | static req/s | herald/static req/s | herald MB/s | static MB/s | herald/static bytes/s | herald p50 / p99 ms | static p50 / p99 ms | herald CPU µs/req | static CPU µs/req |\n|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+    let rows = d["rows"].as_array().cloned().unwrap_or_default();
+    for r in d["ratios_herald_over_static"]
+        .as_array()
+        .into_iter()
+        .flatten()
+    {
+        let pick = |server: &str| {
+            rows.iter()
+                .find(|x| {
+                    x["server"] == server
+                        && x["mode"] == r["mode"]
+                        && x["concurrency"] == r["concurrency"]
+                })
+                .cloned()
+                .unwrap_or_default()
+        };
+        let (h, s) = (pick("herald"), pick("static"));
+        o.push_str(&format!(
+            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |\n",
+            r["concurrency"],
+            r["mode"].as_str().unwrap_or("?").replace('_', " "),
+            fmt(n(&h["req_per_s"]), 0),
+            fmt(n(&s["req_per_s"]), 0),
+            ratio(n(&r["req_per_s"])),
+            fmt(n(&h["bytes_per_s"]).map(|x| x / 1e6), 1),
+            fmt(n(&s["bytes_per_s"]).map(|x| x / 1e6), 1),
+            ratio(n(&r["bytes_per_s"])),
+            ms_pair(&h),
+            ms_pair(&s),
+            fmt(n(&h["server_cpu_us_per_request"]), 1),
+            fmt(n(&s["server_cpu_us_per_request"]), 1),
+        ));
+    }
+}
+
+fn propagation(o: &mut String, d: &Value) {
+    o.push_str(&format!(
+        "kube-sim {}; herald with jobs `pod`, `endpointslice` and `bench` (pods labelled `app=bench`). The \
+         writes are the churn: PUTs of {} bench pods round-robin, each carrying its send time; {} s per rate, \
+         one run. Long-poll: `GET /sd/v1/bench?wait=30s` with If-None-Match, latency = wake − send time of \
+         the write that woke it. Watch: `watch` of the bench pods through herald's Kubernetes API face, and \
+         directly on kube-sim for reference; latency = event receipt − its send time.\n\n",
+        d["cluster"].as_str().unwrap_or("?"),
+        d["bench_pods"],
+        d["seconds_per_rate"],
+    ));
+    o.push_str("| writes/s asked (done) | long-poll wake p50 / p99 ms (samples) | watch via herald p50 / p99 ms (events) | watch on kube-sim p50 / p99 ms (events) |\n|---:|---:|---:|---:|\n");
+    for r in d["rows"].as_array().into_iter().flatten() {
+        let l = |k: &str| format!("{} ({})", ms_pair(&r[k]), fmt(n(&r[k]["samples"]), 0));
+        o.push_str(&format!(
+            "| {} ({}) | {} | {} | {} |\n",
+            fmt(n(&r["rate"]), 0),
+            fmt(n(&r["writes_per_s"]), 0),
+            l("long_poll_wake"),
+            l("watch_via_herald"),
+            l("watch_direct"),
+        ));
+    }
+}
+
+/// Replaces the suite section of `path` (between the markers) with `section`, appending it when the
+/// file has none; creates the file when missing.
+pub fn splice(path: &Path, section: &str) -> anyhow::Result<()> {
+    let old = std::fs::read_to_string(path).unwrap_or_default();
+    let new = match (old.find(BEGIN), old.find(END)) {
+        (Some(a), Some(b)) if b > a => {
+            format!(
+                "{}{}{}",
+                &old[..a],
+                section.trim_end(),
+                &old[b + END.len()..]
+            )
+        }
+        _ if old.is_empty() => format!("# Benchmark results\n\n{section}"),
+        _ => format!("{}\n{section}", old.trim_end()),
+    };
+    std::fs::write(path, new)?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn splice_replaces_between_markers_and_keeps_the_rest() {
+        let dir = std::env::temp_dir().join(format!("splice-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("dir");
+        let p = dir.join("R.md");
+        std::fs::write(&p, "# R\n\nbefore\n").expect("write");
+        splice(&p, &format!("{BEGIN}\none\n{END}\n")).expect("splice");
+        std::fs::write(&p, std::fs::read_to_string(&p).expect("read") + "\nafter\n")
+            .expect("write");
+        splice(&p, &format!("{BEGIN}\ntwo\n{END}\n")).expect("splice");
+        let s = std::fs::read_to_string(&p).expect("read");
+        assert!(s.starts_with("# R\n\nbefore\n"), "{s}");
+        assert!(s.contains("two") && !s.contains("one"), "{s}");
+        assert!(s.trim_end().ends_with("after"), "{s}");
+        std::fs::remove_dir_all(&dir).expect("cleanup");
+    }
+}

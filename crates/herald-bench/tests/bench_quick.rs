@@ -1,0 +1,130 @@
+//! `bench/run --quick` runs the whole suite on the small preset into a temporary directory and writes
+//! well-formed results: results.json with every section and no failed one, the RESULTS.md section
+//! with every heading, the scaling SVG. It asserts nothing about any figure.
+//!
+//! vmagent is a real peer: under `CI=true` the test fails without it; elsewhere it runs without the
+//! vmagent rows and says how to install it.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// `target/<profile>`: where cargo put this crate's binaries, and herald's and kube-sim's when the
+/// workspace was built.
+fn bin_dir() -> PathBuf {
+    Path::new(env!("CARGO_BIN_EXE_herald-bench"))
+        .parent()
+        .expect("binary directory")
+        .to_path_buf()
+}
+
+/// The directory holding herald and kube-sim: next to herald-bench when the workspace was built
+/// (`cargo test --workspace` builds every package's binaries), else built into a target directory of
+/// its own (a nested cargo on this test's own target directory could wait on the outer one's lock).
+fn peers_dir(dir: &Path) -> PathBuf {
+    if dir.join("herald").is_file() && dir.join("kube-sim").is_file() {
+        return dir.to_path_buf();
+    }
+    let profile = dir.file_name().and_then(|n| n.to_str()).unwrap_or("debug");
+    let target = dir.parent().expect("target directory").join("bench-quick");
+    let status = Command::new(env!("CARGO"))
+        .args(["build", "-q", "-p", "herald", "-p", "kube-sim"])
+        .args(if profile == "release" {
+            &["--release"][..]
+        } else {
+            &[][..]
+        })
+        .env("CARGO_TARGET_DIR", &target)
+        .status()
+        .expect("cargo runs");
+    assert!(status.success(), "building herald and kube-sim");
+    target.join(profile)
+}
+
+fn vmagent_installed() -> bool {
+    Command::new("vmagent").arg("-version").output().is_ok()
+}
+
+#[test]
+fn bench_run_quick_writes_every_section() {
+    let has_vmagent = vmagent_installed();
+    if !has_vmagent {
+        assert!(
+            std::env::var("CI").as_deref() != Ok("true"),
+            "vmagent is missing under CI=true (apt-get install victoria-metrics)"
+        );
+        eprintln!(
+            "vmagent not found: the suite runs without its rows (install: apt-get install victoria-metrics)"
+        );
+    }
+    let dir = bin_dir();
+    let peers = peers_dir(&dir);
+    let out = tempfile::tempdir().expect("temp dir");
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    // bench/run with HERALD_BENCH_BIN_DIR runs this crate's herald-bench with herald and kube-sim
+    // from --bin-dir (given after, it wins over the script's own).
+    let status = Command::new(root.join("bench/run"))
+        .args(["--quick", "--out"])
+        .arg(out.path())
+        .arg("--bin-dir")
+        .arg(&peers)
+        .env("HERALD_BENCH_BIN_DIR", &dir)
+        .current_dir(&root)
+        .status()
+        .expect("bench/run starts");
+    assert!(status.success(), "bench/run --quick failed: {status}");
+
+    let doc: serde_json::Value = serde_json::from_slice(
+        &std::fs::read(out.path().join("results.json")).expect("results.json written"),
+    )
+    .expect("results.json is JSON");
+    assert!(doc["machine"]["nproc"].as_u64().is_some_and(|n| n > 0));
+    for key in ["discovery", "control", "serving", "propagation"] {
+        let s = &doc["sections"][key];
+        assert!(s["error"].is_null(), "section {key} failed: {}", s["error"]);
+        assert!(s["data"].is_object(), "section {key} has no data");
+        assert_eq!(s["meta"]["quick"], true, "section {key}");
+        assert!(s["meta"]["commit"].is_string(), "section {key}");
+    }
+    let points = doc["sections"]["discovery"]["data"]["points"]
+        .as_array()
+        .expect("discovery points");
+    assert!(!points.is_empty());
+    for p in points {
+        assert!(p["herald"]["median"]["sync_seconds"].is_number(), "{p}");
+        assert_eq!(
+            p["vmagent"]["median"]["sync_seconds"].is_number(),
+            has_vmagent,
+            "{p}"
+        );
+    }
+    for (key, rows) in [
+        ("control", "rows"),
+        ("serving", "rows"),
+        ("serving", "ratios_herald_over_static"),
+        ("propagation", "rows"),
+    ] {
+        assert!(
+            doc["sections"][key]["data"][rows]
+                .as_array()
+                .is_some_and(|r| !r.is_empty()),
+            "{key}.{rows} is empty"
+        );
+    }
+
+    let md = std::fs::read_to_string(out.path().join("RESULTS.md")).expect("RESULTS.md written");
+    for heading in [
+        "### 1. Discovery cost versus a real peer",
+        "### 2. Control-plane load, direct versus through herald",
+        "### 3. Serving",
+        "### 4. Propagation",
+    ] {
+        assert!(md.contains(heading), "RESULTS.md lacks {heading:?}:\n{md}");
+    }
+    assert!(!md.contains("Not run yet"), "{md}");
+    let svg =
+        std::fs::read_to_string(out.path().join("discovery-scaling.svg")).expect("SVG written");
+    assert!(
+        svg.starts_with("<svg") && svg.trim_end().ends_with("</svg>"),
+        "{svg:.200}"
+    );
+}
