@@ -54,6 +54,9 @@ pub struct SimulateArgs {
     /// (seconds); those sizes are modelled.
     #[arg(long, default_value_t = 20.0)]
     pub slow_after: f64,
+    /// Measure only what the model says fits in this many seconds in all; the rest is modelled.
+    #[arg(long, default_value_t = 100.0)]
+    pub budget: f64,
     /// Pod changes per second for the watch fan-out.
     #[arg(long, default_value_t = herald_audit::rules::DEFAULT_CHURN_PER_SECOND)]
     pub churn_per_second: f64,

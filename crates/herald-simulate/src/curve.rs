@@ -33,6 +33,8 @@ pub struct Timing {
 pub struct Point {
     /// What this point is: `1×`, `0.25×`, `after HA004 fixes`.
     pub label: String,
+    /// Seconds taken to generate the rulesets (full and after one change, both modes).
+    pub generate_s: f64,
     pub sizes: RulesetSizes,
     pub timings: Vec<Timing>,
 }
@@ -42,8 +44,11 @@ pub struct Point {
 pub struct Timer {
     pub measure: bool,
     pub runs: usize,
-    /// A backend whose full sync took longer than this is modelled at larger sizes.
+    /// A backend whose full sync took (or is modelled to take) longer than this is modelled.
     pub slow_after_s: f64,
+    /// Measuring stops (the rest is modelled) where the model says it would run past this many
+    /// seconds in all.
+    pub budget_s: f64,
 }
 
 /// IPVS objects: (virtual servers + real servers of every port, of the changed Service).
@@ -71,14 +76,27 @@ pub fn points(
     // Smallest first, so a slow backend stops before the biggest sizes.
     order.sort_by_key(|&i| inputs[i].1.endpoints() + inputs[i].1.ports.len());
     let mut too_slow: Vec<Backend> = Vec::new();
+    let started = std::time::Instant::now();
     let mut out: Vec<Option<Point>> = vec![None; inputs.len()];
     for i in order {
         let (label, input) = &inputs[i];
+        let t = std::time::Instant::now();
         let sets = Rulesets::of(input);
+        let generate_s = t.elapsed().as_secs_f64();
         let sizes = sets.sizes();
         let mut timings = Vec::new();
         for backend in Backend::MEASURABLE {
-            let measured = if timer.measure && backend.available() && !too_slow.contains(&backend) {
+            // A measurement costs a first load, `runs` full syncs, `runs` changes and `runs` reloads.
+            let expected = modelled(backend, &sizes, input).map_or(0.0, |m| {
+                m.full_s * (1 + 2 * timer.runs) as f64 + m.change_s * timer.runs as f64
+            });
+            let affordable = expected / (1 + 2 * timer.runs) as f64 <= timer.slow_after_s
+                && started.elapsed().as_secs_f64() + expected <= timer.budget_s;
+            let measured = if timer.measure
+                && backend.available()
+                && affordable
+                && !too_slow.contains(&backend)
+            {
                 progress(&format!(
                     "measuring {} at {label} ({} Services, {} rules)",
                     backend.label(),
@@ -107,6 +125,7 @@ pub fn points(
         }
         out[i] = Some(Point {
             label: label.clone(),
+            generate_s,
             sizes,
             timings,
         });

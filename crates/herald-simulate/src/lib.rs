@@ -117,6 +117,7 @@ pub fn simulate(
         measure: args.measure && root,
         runs: args.runs,
         slow_after_s: args.slow_after,
+        budget_s: args.budget,
     };
     if let Some(dir) = &args.write_rules {
         write_rules(&input, dir)?;

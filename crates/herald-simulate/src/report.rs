@@ -51,6 +51,13 @@ impl Report {
             self.skipped.no_cluster_ip, self.skipped.service_proxy_name
         )?;
         writeln!(out, "{}", self.timing)?;
+        if let Some(p) = self.cluster() {
+            writeln!(
+                out,
+                "rulesets at the cluster's size generated in {:.2} s",
+                p.generate_s
+            )?;
+        }
         writeln!(out)?;
         writeln!(
             out,

@@ -3,11 +3,13 @@
 //! the same figure with herald in front (one upstream watch per kind).
 //!
 //! The churn model: `churn` pod changes per second. Each pushes one Pod event; when the pod backs a
-//! Service, one EndpointSlice event (a slice of average size) and one Endpoints event (the pod's
+//! Service, one EndpointSlice event (a slice of average size among those holding pods) and one Endpoints event (the pod's
 //! Service's whole Endpoints object: the average is weighted by address count, since big Services
 //! have proportionally more pod changes). Nodes report status every 5 minutes when nothing changes
 //! (kubelet `nodeStatusReportFrequency`). Services are assumed not to churn. Event sizes are the
-//! objects' real JSON sizes in the input.
+//! objects' real JSON sizes in the input plus the event's framing; a Pod event's is the average of
+//! Deployment pods (owned by a ReplicaSet), the ones rolling updates replace. Calibrated against
+//! kube-sim's meter by herald-simulate's tests/fanout_calibration.rs.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -183,9 +185,52 @@ fn watchers(c: &Cluster, istiod_deployment: Option<(&str, &str)>) -> Watchers {
     w
 }
 
+/// The bytes a watch event adds around its object: `{"type":"MODIFIED","object":` … `}` and the
+/// newline ending each event of a JSON watch stream.
+const EVENT_FRAMING_BYTES: usize = r#"{"type":"MODIFIED","object":}"#.len() + 1;
+
+/// Average event size: the objects' average JSON size plus the event's framing (0 without objects).
 fn average(sizes: impl Iterator<Item = usize>) -> f64 {
     let (n, sum) = sizes.fold((0usize, 0usize), |(n, s), b| (n + 1, s + b));
-    if n == 0 { 0.0 } else { sum as f64 / n as f64 }
+    if n == 0 {
+        0.0
+    } else {
+        (sum + n * EVENT_FRAMING_BYTES) as f64 / n as f64
+    }
+}
+
+/// The slices pod churn rewrites: those with a pod endpoint (one on a node); not the apiserver's
+/// own `default/kubernetes` slice, nor empty ones. All slices when none shows a node.
+fn churning_slice_sizes(c: &Cluster) -> f64 {
+    let of_pods = || {
+        c.endpoint_slices
+            .iter()
+            .filter(|s| s.endpoints.iter().any(|e| e.node_name.is_some()))
+    };
+    if of_pods().next().is_some() {
+        average(of_pods().map(|s| s.wire_bytes))
+    } else {
+        average(c.endpoint_slices.iter().map(|s| s.wire_bytes))
+    }
+}
+
+/// The pods churn touches: rolling updates replace the pods of Deployments (owned by a
+/// ReplicaSet); all pods when the input shows no such owner.
+fn churning_pod_sizes(c: &Cluster) -> f64 {
+    let of_replica_sets = || {
+        c.pods.iter().filter(|p| {
+            p.metadata
+                .owner_references
+                .iter()
+                .flatten()
+                .any(|o| o.kind == "ReplicaSet")
+        })
+    };
+    if of_replica_sets().next().is_some() {
+        average(of_replica_sets().map(|p| p.wire_bytes))
+    } else {
+        average(c.pods.iter().map(|p| p.wire_bytes))
+    }
 }
 
 /// `(events per second, average event bytes)` per kind under the churn model.
@@ -208,19 +253,13 @@ fn event_rates(facts: &Facts<'_>, churn: f64) -> BTreeMap<Kind, (f64, f64)> {
     let endpoints_bytes = if addresses == 0 {
         0.0
     } else {
-        weighted / addresses as f64
+        weighted / addresses as f64 + EVENT_FRAMING_BYTES as f64
     };
     let mut out = BTreeMap::new();
-    out.insert(
-        Kind::Pod,
-        (churn, average(c.pods.iter().map(|p| p.wire_bytes))),
-    );
+    out.insert(Kind::Pod, (churn, churning_pod_sizes(c)));
     out.insert(
         Kind::EndpointSlice,
-        (
-            churn * behind_service,
-            average(c.endpoint_slices.iter().map(|s| s.wire_bytes)),
-        ),
+        (churn * behind_service, churning_slice_sizes(c)),
     );
     out.insert(Kind::Endpoints, (churn * behind_service, endpoints_bytes));
     out.insert(
