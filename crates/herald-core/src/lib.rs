@@ -16,6 +16,7 @@ pub mod httpsd;
 pub mod labels;
 pub mod roles;
 pub mod shard;
+pub mod slim;
 pub mod target;
 
 #[cfg(test)]

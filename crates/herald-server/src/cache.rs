@@ -41,10 +41,19 @@ pub struct ResourceCache {
     pub status: FeedStatus,
 }
 
+/// An upstream object as herald keeps it: its entry (the upstream JSON only when the Kubernetes API
+/// face serves it, see `Cache::keeps_bytes`) and, for kinds discovery reads, its slim projection
+/// (`herald_core::slim`).
+#[derive(Debug, Clone)]
+pub struct Ingested {
+    pub entry: Arc<Entry>,
+    pub slim: Option<Bytes>,
+}
+
 /// One upstream change.
 #[derive(Debug, Clone)]
 pub enum Change {
-    Upsert(Arc<Entry>),
+    Upsert(Ingested),
     /// The object's last state, stamped with the deletion's version.
     Remove(Arc<Entry>),
 }
@@ -90,6 +99,13 @@ impl Cache {
             recording,
             started: Instant::now(),
         }
+    }
+
+    /// Whether entries keep their upstream JSON: only the Kubernetes API face sends it. Without it,
+    /// discovery reads the slim projections and an entry keeps only its identity, version, labels
+    /// and fields.
+    pub fn keeps_bytes(&self) -> bool {
+        self.recording
     }
 
     pub fn ids(&self) -> impl Iterator<Item = ResId> {
@@ -159,7 +175,7 @@ impl Cache {
 
     /// An object was added or modified upstream.
     pub fn upsert(&self, r: ResId, entry: Arc<Entry>) {
-        self.apply(r, vec![Change::Upsert(entry)]);
+        self.apply(r, vec![Change::Upsert(Ingested { entry, slim: None })]);
     }
 
     /// An object was deleted upstream; `deleted` carries the deletion's version.
@@ -177,7 +193,7 @@ impl Cache {
             let mut log = self.write(r);
             for change in changes {
                 match change {
-                    Change::Upsert(entry) => {
+                    Change::Upsert(Ingested { entry, .. }) => {
                         let rv = entry.rv;
                         newest = newest.max(rv);
                         let in_order = rv > log.last_event_rv();
@@ -220,7 +236,7 @@ impl Cache {
         &self,
         r: ResId,
         list_rv: u64,
-        entries: Vec<Arc<Entry>>,
+        entries: impl IntoIterator<Item = Arc<Entry>>,
         keep: &[Key],
     ) -> SwapStats {
         let mut stats = SwapStats::default();
@@ -248,7 +264,8 @@ impl Cache {
                         stats.added += 1;
                         true
                     }
-                    Some(old) if old.bytes != e.bytes => {
+                    // NB: without the Kubernetes API face entries hold no bytes; the version tells.
+                    Some(old) if old.rv != e.rv || old.bytes != e.bytes => {
                         stats.modified += 1;
                         true
                     }

@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use bytes::Bytes;
-use herald_core::{AttachMetadata, Lookup, Role};
+use herald_core::{AttachMetadata, Lookup, Role, slim};
 use k8s_openapi::api::core::v1::{Endpoints, Namespace, Node, Pod, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::api::networking::v1::Ingress;
@@ -56,6 +56,20 @@ impl WatchKind {
 
     pub fn from_plural(plural: &str) -> Option<WatchKind> {
         WatchKind::ALL.into_iter().find(|k| k.plural() == plural)
+    }
+
+    /// What discovery keeps of this kind's objects (herald-core's projection of the fields the roles
+    /// read).
+    pub fn mask(self) -> &'static slim::Mask {
+        match self {
+            WatchKind::Namespace => &slim::NAMESPACE,
+            WatchKind::Node => &slim::NODE,
+            WatchKind::Service => &slim::SERVICE,
+            WatchKind::Pod => &slim::POD,
+            WatchKind::Endpoints => &slim::ENDPOINTS,
+            WatchKind::EndpointSlice => &slim::ENDPOINT_SLICE,
+            WatchKind::Ingress => &slim::INGRESS,
+        }
     }
 
     /// The kind's API description (kube-face's built-in table).
@@ -211,29 +225,6 @@ impl Object {
         Ok(obj.without_managed_fields())
     }
 
-    /// Checks that upstream JSON decodes as `kind` (what discovery will later decode on demand), so
-    /// that a malformed object is refused when it arrives rather than when a group is built.
-    pub fn validate_json(kind: WatchKind, json: &[u8]) -> Result<(), DecodeError> {
-        fn check<T: DeserializeOwned>(kind: WatchKind, json: &[u8]) -> Result<(), DecodeError> {
-            serde_json::from_slice::<T>(json)
-                .map(drop)
-                .map_err(|source| DecodeError::Invalid {
-                    kind: kind.plural(),
-                    key: String::new(),
-                    source,
-                })
-        }
-        match kind {
-            WatchKind::Namespace => check::<Namespace>(kind, json),
-            WatchKind::Node => check::<Node>(kind, json),
-            WatchKind::Service => check::<Service>(kind, json),
-            WatchKind::Pod => check::<Pod>(kind, json),
-            WatchKind::Endpoints => check::<Endpoints>(kind, json),
-            WatchKind::EndpointSlice => check::<EndpointSlice>(kind, json),
-            WatchKind::Ingress => check::<Ingress>(kind, json),
-        }
-    }
-
     /// The object's JSON, as stored.
     pub fn to_json(&self) -> Bytes {
         fn enc<T: serde::Serialize>(o: &T) -> Bytes {
@@ -250,23 +241,21 @@ impl Object {
         }
     }
 
-    /// Decodes stored JSON: encoded by `to_json`, or upstream JSON that passed `validate_json`.
-    fn from_stored_json(kind: WatchKind, json: &[u8]) -> Object {
-        fn dec<T: DeserializeOwned>(json: &[u8]) -> Arc<T> {
-            Arc::new(
-                serde_json::from_slice(json)
-                    .expect("stored JSON was validated as this kind when it was stored"),
-            )
+    /// Decodes a slim projection. Projections are type-checked when made, so this fails only if a
+    /// mask and k8s-openapi disagree; the caller then treats the object as absent.
+    fn from_slim(kind: WatchKind, json: &[u8]) -> Result<Object, serde_json::Error> {
+        fn dec<T: DeserializeOwned>(json: &[u8]) -> Result<Arc<T>, serde_json::Error> {
+            serde_json::from_slice(json).map(Arc::new)
         }
-        match kind {
-            WatchKind::Namespace => Object::Namespace(dec(json)),
-            WatchKind::Node => Object::Node(dec(json)),
-            WatchKind::Service => Object::Service(dec(json)),
-            WatchKind::Pod => Object::Pod(dec(json)),
-            WatchKind::Endpoints => Object::Endpoints(dec(json)),
-            WatchKind::EndpointSlice => Object::EndpointSlice(dec(json)),
-            WatchKind::Ingress => Object::Ingress(dec(json)),
-        }
+        Ok(match kind {
+            WatchKind::Namespace => Object::Namespace(dec(json)?),
+            WatchKind::Node => Object::Node(dec(json)?),
+            WatchKind::Service => Object::Service(dec(json)?),
+            WatchKind::Pod => Object::Pod(dec(json)?),
+            WatchKind::Endpoints => Object::Endpoints(dec(json)?),
+            WatchKind::EndpointSlice => Object::EndpointSlice(dec(json)?),
+            WatchKind::Ingress => Object::Ingress(dec(json)?),
+        })
     }
 
     fn without_managed_fields(mut self) -> Object {
@@ -387,39 +376,48 @@ impl Object {
     }
 }
 
-/// How an object is kept between uses: the cache's entry (its upstream JSON and labels, shared with
-/// the Kubernetes API face, so an object served on both faces is held once), decoded on demand while
-/// groups are built. NB: a k8s-openapi `Pod` takes ~13 KiB in memory (`Container` alone is 2 KiB
-/// inline, mostly `None`s) against ~2.5 KiB of JSON, so holding 150,000 typed pods would cost ~2 GiB.
+/// How discovery keeps an object between uses: its slim projection (`herald_core::slim`, about a
+/// quarter of the upstream JSON), decoded on demand while groups are built, and the cache's entry for
+/// its labels and selectable fields (shared with the Kubernetes API face, which alone keeps the
+/// upstream JSON). NB: a k8s-openapi `Pod` takes ~13 KiB in memory (`Container` alone is 2 KiB
+/// inline, mostly `None`s) against ~2.5 KiB of JSON and ~0.6 KiB of projection, so holding 150,000
+/// typed pods would cost ~2 GiB.
 #[derive(Debug)]
 pub struct Stored {
     entry: Arc<Entry>,
-    decoded: OnceCell<Object>,
+    slim: Bytes,
+    decoded: OnceCell<Option<Object>>,
 }
 
 impl Stored {
-    /// An object that did not come from upstream (tests, fixtures): stored as its compact JSON.
+    /// An object that did not come from upstream (tests, fixtures).
     pub fn new(obj: &Object) -> Stored {
         let bytes = obj.to_json();
+        let slim = slim::project(obj.kind().mask(), &bytes)
+            .expect("a typed object projects: its fields have their types");
         let head = kube_face::scan::head(&obj.kind().resource(), &bytes);
         let (labels, fields) = match head {
             Ok(h) => (h.labels, h.fields),
             Err(_) => (obj.labels().clone(), vec![]),
         };
         let key = obj.key();
-        Stored::from_entry(Arc::new(Entry {
-            key: (key.namespace, key.name),
-            rv: 0,
-            labels,
-            fields,
-            bytes,
-        }))
+        Stored::from_parts(
+            Arc::new(Entry {
+                key: (key.namespace, key.name),
+                rv: 0,
+                labels,
+                fields,
+                bytes,
+            }),
+            Bytes::from(slim),
+        )
     }
 
-    /// An entry of the cache, already validated as its kind.
-    pub fn from_entry(entry: Arc<Entry>) -> Stored {
+    /// An entry of the cache and the object's slim projection.
+    pub fn from_parts(entry: Arc<Entry>, slim: Bytes) -> Stored {
         Stored {
             entry,
+            slim,
             decoded: OnceCell::new(),
         }
     }
@@ -429,12 +427,20 @@ impl Stored {
     }
 
     fn json(&self) -> &Bytes {
-        &self.entry.bytes
+        &self.slim
     }
 
     /// The cache entry behind it.
     pub fn entry(&self) -> &Arc<Entry> {
         &self.entry
+    }
+
+    /// As the upstream feed hands it over.
+    pub fn ingested(&self) -> crate::cache::Ingested {
+        crate::cache::Ingested {
+            entry: self.entry.clone(),
+            slim: Some(self.slim.clone()),
+        }
     }
 }
 
@@ -478,10 +484,18 @@ impl Cluster {
     /// The object, decoded (once until the next `release_decoded`).
     pub fn object(&self, kind: WatchKind, key: &ObjectKey) -> Option<&Object> {
         let stored = self.get(kind, key)?;
-        Some(stored.decoded.get_or_init(|| {
-            self.decoded.borrow_mut().push((kind, key.clone()));
-            Object::from_stored_json(kind, stored.json())
-        }))
+        stored
+            .decoded
+            .get_or_init(|| {
+                self.decoded.borrow_mut().push((kind, key.clone()));
+                Object::from_slim(kind, stored.json())
+                    .map_err(|e| {
+                        tracing::error!(kind = kind.plural(), object = %key, error = %e,
+                            "a slim projection does not decode; the object is left out of discovery");
+                    })
+                    .ok()
+            })
+            .as_ref()
     }
 
     /// Whether `filter` admits the stored object. Field selectors read the fields the cache indexed

@@ -13,7 +13,7 @@ use tokio_util::sync::CancellationToken;
 
 use kube_face::{Entry, ResId};
 
-use crate::cache::{Cache, Change, SwapStats};
+use crate::cache::{Cache, Change, Ingested, SwapStats};
 use crate::cluster::{ObjectKey, Stored, StoredObject, WatchKind};
 use crate::filter::JobSpec;
 use crate::index::{Changed, Index};
@@ -215,7 +215,7 @@ impl Shared {
     pub fn apply(&self, obj: impl Into<StoredObject>) {
         let obj = obj.into();
         match self.cache.id_of(obj.kind) {
-            Some(r) => self.upsert(r, obj.stored.entry().clone()),
+            Some(r) => self.apply_changes(r, vec![Change::Upsert(obj.stored.ingested())]),
             None => self.update(obj.kind, |index| index.apply(obj)),
         }
     }
@@ -236,12 +236,6 @@ impl Shared {
         }
     }
 
-    /// An upstream object was added or modified: into the cache, and into discovery when jobs read
-    /// its kind.
-    pub fn upsert(&self, r: ResId, entry: Arc<Entry>) {
-        self.apply_changes(r, vec![Change::Upsert(entry)]);
-    }
-
     /// An upstream object was deleted; `deleted` carries the deletion's version.
     pub fn remove(&self, r: ResId, deleted: Arc<Entry>) {
         self.apply_changes(r, vec![Change::Remove(deleted)]);
@@ -253,11 +247,18 @@ impl Shared {
         if let Some(kind) = self.cache.get(r).watch_kind {
             for change in &changes {
                 match change {
-                    Change::Upsert(entry) => {
+                    Change::Upsert(Ingested { entry, slim }) => {
+                        let Some(slim) = slim else {
+                            tracing::error!(
+                                kind = kind.plural(),
+                                "an object reached discovery without its projection; skipped"
+                            );
+                            continue;
+                        };
                         let obj = StoredObject {
                             kind,
                             key: ObjectKey::new(&entry.key.0, &entry.key.1),
-                            stored: Stored::from_entry(entry.clone()),
+                            stored: Stored::from_parts(entry.clone(), slim.clone()),
                         };
                         self.update(kind, |index| index.apply(obj));
                     }
@@ -278,23 +279,27 @@ impl Shared {
         &self,
         r: ResId,
         rv: u64,
-        entries: Vec<Arc<Entry>>,
+        entries: Vec<Ingested>,
         keep: Vec<kube_face::Key>,
     ) -> SwapStats {
         if let Some(kind) = self.cache.get(r).watch_kind {
             let objects: Vec<StoredObject> = entries
                 .iter()
-                .map(|e| StoredObject {
-                    kind,
-                    key: ObjectKey::new(&e.key.0, &e.key.1),
-                    stored: Stored::from_entry(e.clone()),
+                .filter_map(|i| {
+                    Some(StoredObject {
+                        kind,
+                        key: ObjectKey::new(&i.entry.key.0, &i.entry.key.1),
+                        stored: Stored::from_parts(i.entry.clone(), i.slim.clone()?),
+                    })
                 })
                 .collect();
             let keep_keys: Vec<ObjectKey> =
                 keep.iter().map(|k| ObjectKey::new(&k.0, &k.1)).collect();
             self.update(kind, |index| index.reset(kind, objects, &keep_keys));
         }
-        let stats = self.cache.swap(r, rv, entries, &keep);
+        let stats = self
+            .cache
+            .swap(r, rv, entries.into_iter().map(|i| i.entry), &keep);
         self.count_objects(r);
         stats
     }
@@ -310,7 +315,7 @@ impl Shared {
         let objects: Vec<StoredObject> = objects.into_iter().map(Into::into).collect();
         match self.cache.id_of(kind) {
             Some(r) => {
-                let entries = objects.iter().map(|o| o.stored.entry().clone()).collect();
+                let entries = objects.iter().map(|o| o.stored.ingested()).collect();
                 let keep = keep.into_iter().map(|k| (k.namespace, k.name)).collect();
                 let rv = self.cache.resource_version(r) + 1;
                 self.swap(r, rv, entries, keep);

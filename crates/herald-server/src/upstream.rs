@@ -14,6 +14,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use futures::AsyncBufReadExt as _;
+use herald_core::slim;
 use kube_face::scan::{ScanError, head, strip_managed_fields};
 use kube_face::{Entry, Key, ResId, Resource};
 use serde::Deserialize;
@@ -22,8 +23,8 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
-use crate::cache::Change;
-use crate::cluster::{Object, WatchKind};
+use crate::cache::{Change, Ingested};
+use crate::cluster::WatchKind;
 use crate::metrics::{EventLabels, Metrics};
 use crate::state::Shared;
 
@@ -287,21 +288,37 @@ impl Feed {
         format!("/{}/{}", self.resource.gv_path(), self.resource.plural)
     }
 
-    /// Reads one object as received: managedFields cut, head parsed, and for kinds discovery reads,
-    /// checked to decode as that kind.
-    fn ingest(&self, raw: &[u8]) -> Result<Arc<Entry>, String> {
-        let bytes = strip_managed_fields(raw);
-        let h = head(&self.resource, &bytes).map_err(|e: ScanError| e.to_string())?;
-        if let Some(kind) = self.kind {
-            Object::validate_json(kind, &bytes).map_err(|e| e.to_string())?;
+    /// Reads one object as received: its head (identity, version, labels, selectable fields); for
+    /// kinds discovery reads, its slim projection (which checks the types of every field discovery
+    /// reads); and, when the Kubernetes API face serves it, its JSON with managedFields cut.
+    fn ingest(&self, raw: &[u8]) -> Result<Ingested, String> {
+        let h = head(&self.resource, raw).map_err(|e: ScanError| e.to_string())?;
+        let slim = match self.kind {
+            Some(kind) => Some(Bytes::from(slim::project(kind.mask(), raw).map_err(
+                |e| format!("{} {}/{}: {e}", self.resource.plural, h.key.0, h.key.1),
+            )?)),
+            None => None,
+        };
+        Ok(Ingested {
+            entry: Arc::new(Entry {
+                key: h.key,
+                rv: h.rv,
+                labels: h.labels,
+                fields: h.fields,
+                bytes: self.kept_bytes(raw),
+            }),
+            slim,
+        })
+    }
+
+    /// What an entry keeps of the upstream JSON: all of it but managedFields when the Kubernetes API
+    /// face serves it, nothing otherwise (discovery reads the projection).
+    fn kept_bytes(&self, raw: &[u8]) -> Bytes {
+        if self.shared.cache.keeps_bytes() || self.kind.is_none() {
+            Bytes::from(strip_managed_fields(raw).into_owned())
+        } else {
+            Bytes::new()
         }
-        Ok(Arc::new(Entry {
-            key: h.key,
-            rv: h.rv,
-            labels: h.labels,
-            fields: h.fields,
-            bytes: Bytes::from(bytes.into_owned()),
-        }))
     }
 
     fn malformed(&self, why: &str) {
@@ -346,7 +363,7 @@ impl Feed {
     }
 
     /// A complete list at `rv` replaces the resource's state in the cache and in discovery.
-    fn swap(&self, rv: u64, entries: Vec<Arc<Entry>>, keep: Vec<Key>) {
+    fn swap(&self, rv: u64, entries: Vec<Ingested>, keep: Vec<Key>) {
         let started = std::time::Instant::now();
         let n = entries.len();
         let stats = self.shared.swap(self.r, rv, entries, keep);
@@ -468,7 +485,7 @@ impl Feed {
             self.shared.set_resource_stale(self.r, false);
         }
         let mut rv = from;
-        let mut initial: Option<(Vec<Arc<Entry>>, Vec<Key>)> =
+        let mut initial: Option<(Vec<Ingested>, Vec<Key>)> =
             from.is_none().then(|| (Vec::new(), Vec::new()));
         let mut line = Vec::new();
         let idle = Duration::from_secs(timeout + 60);
@@ -518,7 +535,7 @@ impl Feed {
             match ev.ty.as_ref() {
                 "ADDED" | "MODIFIED" => match self.ingest(raw) {
                     Ok(entry) => {
-                        rv = Some(entry.rv.max(rv.unwrap_or(0)));
+                        rv = Some(entry.entry.rv.max(rv.unwrap_or(0)));
                         match &mut initial {
                             Some((buf, _)) => {
                                 self.count("relist_object");
@@ -545,10 +562,10 @@ impl Feed {
                             rv: h.rv,
                             labels: h.labels,
                             fields: h.fields,
-                            bytes: Bytes::from(strip_managed_fields(raw).into_owned()),
+                            bytes: self.kept_bytes(raw),
                         });
                         match &mut initial {
-                            Some((buf, _)) => buf.retain(|e| e.key != entry.key),
+                            Some((buf, _)) => buf.retain(|e| e.entry.key != entry.key),
                             None => {
                                 self.count("delete");
                                 pending.push(Change::Remove(entry));
