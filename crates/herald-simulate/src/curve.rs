@@ -47,8 +47,9 @@ pub struct Timer {
     /// A backend whose full sync took (or is modelled to take) longer than this is modelled.
     pub slow_after_s: f64,
     /// Measuring stops (the rest is modelled) where the model says it would run past this many
-    /// seconds in all.
+    /// seconds after `started`, over every call of [`points`].
     pub budget_s: f64,
+    pub started: std::time::Instant,
 }
 
 /// IPVS objects: (virtual servers + real servers of every port, of the changed Service).
@@ -76,7 +77,7 @@ pub fn points(
     // Smallest first, so a slow backend stops before the biggest sizes.
     order.sort_by_key(|&i| inputs[i].1.endpoints() + inputs[i].1.ports.len());
     let mut too_slow: Vec<Backend> = Vec::new();
-    let started = std::time::Instant::now();
+    let started = timer.started;
     let mut out: Vec<Option<Point>> = vec![None; inputs.len()];
     for i in order {
         let (label, input) = &inputs[i];

@@ -298,7 +298,13 @@ impl Writer<'_> {
             }
             t.rule(format_args!("-A {fw} -m comment --comment \"other traffic to {spn} will be dropped by KUBE-PROXY-FIREWALL\""));
         }
-        let sep = |e: &crate::input::Endpoint| endpoint_chain(&spn, proto, &e.addr());
+        // Each endpoint's chain name, hashed once (keyed by the endpoint's address in memory).
+        let seps: std::collections::HashMap<*const crate::input::Endpoint, String> = cat
+            .reachable
+            .iter()
+            .map(|e| (*e as *const _, endpoint_chain(&spn, proto, &e.addr())))
+            .collect();
+        let sep = |e: &crate::input::Endpoint| seps[&(e as *const _)].clone();
         for (uses, chain, eps) in [
             (uses_cluster_chain, &svc, &cat.cluster),
             (uses_local_chain, &svl, &cat.local),

@@ -118,6 +118,7 @@ pub fn simulate(
         runs: args.runs,
         slow_after_s: args.slow_after,
         budget_s: args.budget,
+        started: std::time::Instant::now(),
     };
     if let Some(dir) = &args.write_rules {
         write_rules(&input, dir)?;

@@ -21,6 +21,11 @@ pub struct Recorded {
 /// ruleset), on the 2-core machine of bench/RESULTS.md, 2026-11-23.
 const THIS_MACHINE: &str = "herald simulate --services 100 --factors 1,4,16 --measure, bench/RESULTS.md machine, 2026-11-23";
 
+/// `bench/simulate.sh`'s `--measure` run on kube-sim's k8s-limits dump (seed 11), same machine,
+/// 2026-11-23 03:17-03:27 UTC, under a load average of ~7 from concurrent builds.
+const K8S_LIMITS: &str =
+    "herald simulate --from k8s-limits dump --measure, bench/RESULTS.md machine, 2026-11-23";
+
 /// The recorded measurements the model is fitted to.
 pub const RECORDED: &[Recorded] = &[
     Recorded {
@@ -43,6 +48,20 @@ pub const RECORDED: &[Recorded] = &[
         seconds: 0.833,
         change_seconds: 0.272,
         source: THIS_MACHINE,
+    },
+    Recorded {
+        backend: Backend::IptablesLegacy,
+        rules: 151_423.0,
+        seconds: 7.360,
+        change_seconds: 1.014,
+        source: K8S_LIMITS,
+    },
+    Recorded {
+        backend: Backend::IptablesLegacy,
+        rules: 587_369.0,
+        seconds: 57.899,
+        change_seconds: 4.892,
+        source: K8S_LIMITS,
     },
     Recorded {
         backend: Backend::IptablesNft,

@@ -252,9 +252,16 @@ fn port(tx: &mut Tx, sp: &ServicePort, cidr: &str) {
     let local = format!("local-{base}");
     let ext = format!("external-{base}");
     let fw = format!("firewall-{base}");
-    let ep_base = |e: &Endpoint| {
-        nft_endpoint_base(&sp.namespace, &sp.name, proto, &sp.port_name, &e.ip, e.port)
-    };
+    // Each endpoint's name base, hashed once (keyed by the endpoint's address in memory).
+    let bases: std::collections::HashMap<*const Endpoint, String> = sp
+        .endpoints
+        .iter()
+        .map(|e| {
+            let b = nft_endpoint_base(&sp.namespace, &sp.name, proto, &sp.port_name, &e.ip, e.port);
+            (e as *const Endpoint, b)
+        })
+        .collect();
+    let ep_base = |e: &Endpoint| bases[&(e as *const Endpoint)].as_str();
     let cat = categorize(sp);
     for e in &cat.reachable {
         tx.ensure_chain(&format!("endpoint-{}", ep_base(e)));

@@ -54,8 +54,8 @@ impl Report {
         if let Some(p) = self.cluster() {
             writeln!(
                 out,
-                "rulesets at the cluster's size generated in {:.2} s",
-                p.generate_s
+                "generated at the cluster's size: iptables restore input {:.2} s, nftables transaction {:.2} s ({:.2} s for the four rulesets, two threads)",
+                p.sizes.iptables_generate_s, p.sizes.nftables_generate_s, p.generate_s
             )?;
         }
         writeln!(out)?;

@@ -22,7 +22,15 @@ fn measured_sync_times_grow_with_the_services_and_no_namespace_is_left_behind() 
             "--runs",
             "3",
         ])
-        .args(["--output", "json"])
+        // Every size measured: no mode left to the model for time.
+        .args([
+            "--budget",
+            "1000",
+            "--slow-after",
+            "100",
+            "--output",
+            "json",
+        ])
         .output()
         .expect("herald runs");
     let stderr = String::from_utf8_lossy(&out.stderr);
