@@ -355,12 +355,33 @@ pub struct EndpointSlice {
     pub metadata: Meta,
     #[serde(default)]
     pub endpoints: Vec<Endpoint>,
+    /// Read by `herald simulate` (the ports kube-proxy DNATs to).
+    pub ports: Option<Vec<EndpointPort>>,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(rename_all = "camelCase")]
 pub struct Endpoint {
     #[serde(default)]
     pub addresses: Vec<String>,
+    /// Read by `herald simulate`: kube-proxy routes to ready endpoints.
+    pub conditions: Option<EndpointConditions>,
+    /// Read by `herald simulate`: which endpoints are local to the simulated node.
+    pub node_name: Option<String>,
+}
+
+/// `discovery/v1.EndpointConditions`; `ready: null` means ready.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+pub struct EndpointConditions {
+    pub ready: Option<bool>,
+}
+
+/// `discovery/v1.EndpointPort`.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+pub struct EndpointPort {
+    pub name: Option<String>,
+    pub port: Option<i32>,
+    pub protocol: Option<String>,
 }
 
 /// A ConfigMap: its identity, and its data and JSON only where a rule reads them (kube-proxy's and

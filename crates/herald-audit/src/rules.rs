@@ -16,7 +16,26 @@ use crate::inventory::{Cluster, Item};
 use crate::kind::Kind;
 use crate::selector;
 
-pub use fanout::DEFAULT_CHURN_PER_SECOND;
+pub use fanout::{DEFAULT_CHURN_PER_SECOND, KindFanout, WatchFanout, watch_fanout};
+
+/// `(namespace, name)` of the Services HA004 finds metrics-only and not yet headless: the ones its
+/// fix makes headless (`clusterIP: None`), which removes them from kube-proxy's rules.
+pub fn metrics_only_cluster_ips(cluster: &Cluster) -> std::collections::BTreeSet<(String, String)> {
+    Facts::new(cluster)
+        .monitored
+        .iter()
+        .filter(|m| {
+            matches!(
+                m.class,
+                crate::facts::ServiceClass::MetricsOnly { headless: false }
+            )
+        })
+        .map(|m| {
+            let (ns, name) = crate::inventory::ns_name(&m.service.metadata);
+            (ns.to_string(), name.to_string())
+        })
+        .collect()
+}
 
 /// Knobs of the estimates.
 #[derive(Debug, Clone, PartialEq)]

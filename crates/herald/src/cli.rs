@@ -29,6 +29,9 @@ pub enum Command {
     Demo(DemoArgs),
     /// Find what makes a cluster's discovery expensive or blind, and write the fixes.
     Audit(herald_audit::AuditArgs),
+    /// What the cluster's Services cost every node's kube-proxy (rules, measured sync times) and
+    /// its watchers the apiserver, with and without herald.
+    Simulate(herald_simulate::SimulateArgs),
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]

@@ -1,11 +1,13 @@
 //! herald: one Kubernetes discovery for every Prometheus. `herald serve` runs it against a cluster,
-//! `herald demo` against an in-process kube-sim; `herald audit` reviews a cluster's discovery setup.
+//! `herald demo` against an in-process kube-sim; `herald audit` reviews a cluster's discovery setup;
+//! `herald simulate` measures what its Services cost kube-proxy and its watchers the apiserver.
 //! This file only parses arguments and dispatches.
 
 mod audit;
 mod cli;
 mod demo;
 mod serve;
+mod simulate;
 
 use clap::Parser;
 
@@ -27,5 +29,6 @@ async fn main() -> anyhow::Result<()> {
         cli::Command::Serve(args) => serve::run(*args).await,
         cli::Command::Demo(args) => demo::run(args).await,
         cli::Command::Audit(args) => audit::run(args).await,
+        cli::Command::Simulate(args) => simulate::run(args).await,
     }
 }

@@ -3,11 +3,13 @@
 //! the same figure with herald in front (one upstream watch per kind).
 //!
 //! The churn model: `churn` pod changes per second. Each pushes one Pod event; when the pod backs a
-//! Service, one EndpointSlice event (a slice of average size) and one Endpoints event (the pod's
+//! Service, one EndpointSlice event (a slice of average size among those holding pods) and one Endpoints event (the pod's
 //! Service's whole Endpoints object: the average is weighted by address count, since big Services
 //! have proportionally more pod changes). Nodes report status every 5 minutes when nothing changes
 //! (kubelet `nodeStatusReportFrequency`). Services are assumed not to churn. Event sizes are the
-//! objects' real JSON sizes in the input.
+//! objects' real JSON sizes in the input plus the event's framing; a Pod event's is the average of
+//! Deployment pods (owned by a ReplicaSet), the ones rolling updates replace. Calibrated against
+//! kube-sim's meter by herald-simulate's tests/fanout_calibration.rs.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -183,9 +185,52 @@ fn watchers(c: &Cluster, istiod_deployment: Option<(&str, &str)>) -> Watchers {
     w
 }
 
+/// The bytes a watch event adds around its object: `{"type":"MODIFIED","object":` … `}` and the
+/// newline ending each event of a JSON watch stream.
+const EVENT_FRAMING_BYTES: usize = r#"{"type":"MODIFIED","object":}"#.len() + 1;
+
+/// Average event size: the objects' average JSON size plus the event's framing (0 without objects).
 fn average(sizes: impl Iterator<Item = usize>) -> f64 {
     let (n, sum) = sizes.fold((0usize, 0usize), |(n, s), b| (n + 1, s + b));
-    if n == 0 { 0.0 } else { sum as f64 / n as f64 }
+    if n == 0 {
+        0.0
+    } else {
+        (sum + n * EVENT_FRAMING_BYTES) as f64 / n as f64
+    }
+}
+
+/// The slices pod churn rewrites: those with a pod endpoint (one on a node); not the apiserver's
+/// own `default/kubernetes` slice, nor empty ones. All slices when none shows a node.
+fn churning_slice_sizes(c: &Cluster) -> f64 {
+    let of_pods = || {
+        c.endpoint_slices
+            .iter()
+            .filter(|s| s.endpoints.iter().any(|e| e.node_name.is_some()))
+    };
+    if of_pods().next().is_some() {
+        average(of_pods().map(|s| s.wire_bytes))
+    } else {
+        average(c.endpoint_slices.iter().map(|s| s.wire_bytes))
+    }
+}
+
+/// The pods churn touches: rolling updates replace the pods of Deployments (owned by a
+/// ReplicaSet); all pods when the input shows no such owner.
+fn churning_pod_sizes(c: &Cluster) -> f64 {
+    let of_replica_sets = || {
+        c.pods.iter().filter(|p| {
+            p.metadata
+                .owner_references
+                .iter()
+                .flatten()
+                .any(|o| o.kind == "ReplicaSet")
+        })
+    };
+    if of_replica_sets().next().is_some() {
+        average(of_replica_sets().map(|p| p.wire_bytes))
+    } else {
+        average(c.pods.iter().map(|p| p.wire_bytes))
+    }
 }
 
 /// `(events per second, average event bytes)` per kind under the churn model.
@@ -208,19 +253,13 @@ fn event_rates(facts: &Facts<'_>, churn: f64) -> BTreeMap<Kind, (f64, f64)> {
     let endpoints_bytes = if addresses == 0 {
         0.0
     } else {
-        weighted / addresses as f64
+        weighted / addresses as f64 + EVENT_FRAMING_BYTES as f64
     };
     let mut out = BTreeMap::new();
-    out.insert(
-        Kind::Pod,
-        (churn, average(c.pods.iter().map(|p| p.wire_bytes))),
-    );
+    out.insert(Kind::Pod, (churn, churning_pod_sizes(c)));
     out.insert(
         Kind::EndpointSlice,
-        (
-            churn * behind_service,
-            average(c.endpoint_slices.iter().map(|s| s.wire_bytes)),
-        ),
+        (churn * behind_service, churning_slice_sizes(c)),
     );
     out.insert(Kind::Endpoints, (churn * behind_service, endpoints_bytes));
     out.insert(
@@ -237,33 +276,100 @@ fn event_rates(facts: &Facts<'_>, churn: f64) -> BTreeMap<Kind, (f64, f64)> {
     out
 }
 
-fn fanout(facts: &Facts<'_>, options: &super::Options) -> Outcome {
-    let c = facts.cluster;
-    if let Err(o) = require(c, &[Kind::Pod, Kind::Node]) {
-        return o;
+/// The watch fan-out cost model, shared by HA010 and `herald simulate`: who watches each discovery
+/// kind, and the events and bytes per second one watch of it receives under the churn model above.
+#[derive(Debug, Clone, PartialEq)]
+pub struct WatchFanout {
+    pub churn_per_second: f64,
+    pub kinds: Vec<KindFanout>,
+}
+
+/// One kind's share of [`WatchFanout`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct KindFanout {
+    pub kind: Kind,
+    /// Watches by who opens them.
+    pub watchers: BTreeMap<String, u64>,
+    pub events_per_second: f64,
+    /// Average JSON size of one event's object.
+    pub event_bytes: f64,
+}
+
+impl KindFanout {
+    pub fn watches(&self) -> u64 {
+        self.watchers.values().sum()
     }
+
+    /// Bytes per second one watch of this kind receives.
+    pub fn bytes_per_watch(&self) -> f64 {
+        self.events_per_second * self.event_bytes
+    }
+
+    /// Bytes per second the apiserver sends when every watcher watches it directly.
+    pub fn direct_bytes_per_second(&self) -> f64 {
+        self.bytes_per_watch() * self.watches() as f64
+    }
+
+    /// Bytes per second the apiserver sends when `heralds` herald replicas stand in front of the
+    /// watchers: one upstream watch per replica, whatever the number of watchers.
+    pub fn herald_bytes_per_second(&self, heralds: u64) -> f64 {
+        if self.watches() == 0 {
+            0.0
+        } else {
+            self.bytes_per_watch() * heralds as f64
+        }
+    }
+}
+
+/// The fan-out model of a cluster at `churn` pod changes per second.
+pub fn watch_fanout(cluster: &Cluster, churn: f64) -> WatchFanout {
+    fanout_of(&Facts::new(cluster), churn)
+}
+
+fn fanout_of(facts: &Facts<'_>, churn: f64) -> WatchFanout {
     let istiod = facts
         .istio
         .as_ref()
         .and_then(|i| i.istiod.as_ref())
         .filter(|o| o.kind == "Deployment")
         .map(|o| (o.namespace.as_deref().unwrap_or_default(), o.name.as_str()));
-    let w = watchers(c, istiod);
-    let rates = event_rates(facts, options.churn_per_second);
+    let mut w = watchers(facts.cluster, istiod);
+    let rates = event_rates(facts, churn);
+    let kinds = KINDS
+        .iter()
+        .map(|kind| KindFanout {
+            kind: *kind,
+            watchers: w.remove(kind).unwrap_or_default(),
+            events_per_second: rates[kind].0,
+            event_bytes: rates[kind].1,
+        })
+        .collect();
+    WatchFanout {
+        churn_per_second: churn,
+        kinds,
+    }
+}
+
+fn fanout(facts: &Facts<'_>, options: &super::Options) -> Outcome {
+    let c = facts.cluster;
+    if let Err(o) = require(c, &[Kind::Pod, Kind::Node]) {
+        return o;
+    }
+    let model = fanout_of(facts, options.churn_per_second);
     let mut evidence = Vec::new();
     let mut figures = BTreeMap::new();
     let (mut total_watches, mut total_bytes, mut herald_bytes) = (0u64, 0.0, 0.0);
-    for kind in KINDS {
-        let by = w.get(&kind).cloned().unwrap_or_default();
-        let n: u64 = by.values().sum();
-        let (events, size) = rates[&kind];
-        let per_watch = events * size;
-        let pushed = per_watch * n as f64;
-        let with_herald = if n > 0 { per_watch } else { 0.0 };
+    for k in &model.kinds {
+        let kind = k.kind;
+        let n = k.watches();
+        let (events, size) = (k.events_per_second, k.event_bytes);
+        let pushed = k.direct_bytes_per_second();
+        let with_herald = k.herald_bytes_per_second(1);
         total_watches += n;
         total_bytes += pushed;
         herald_bytes += with_herald;
-        let who = by
+        let who = k
+            .watchers
             .iter()
             .map(|(k, v)| format!("{k} {}", thousands(*v)))
             .collect::<Vec<_>>()
@@ -290,10 +396,7 @@ fn fanout(facts: &Facts<'_>, options: &super::Options) -> Outcome {
         "assumed churn: {} pod changes/s (--churn-per-second); Services assumed static; Nodes report every 5 min",
         options.churn_per_second
     ));
-    let herald_watches = KINDS
-        .iter()
-        .filter(|k| w.get(k).is_some_and(|m| !m.is_empty()))
-        .count() as u64;
+    let herald_watches = model.kinds.iter().filter(|k| k.watches() > 0).count() as u64;
     figures.insert("watches".into(), total_watches as f64);
     figures.insert("watches_with_herald".into(), herald_watches as f64);
     figures.insert("bytes_per_second".into(), total_bytes);
