@@ -47,7 +47,7 @@ pub struct Timer {
     /// A backend whose full sync took (or is modelled to take) longer than this is modelled.
     pub slow_after_s: f64,
     /// Measuring stops (the rest is modelled) where the model says it would run past this many
-    /// seconds after `started`, over every call of [`points`].
+    /// seconds after `started`, over every call of `points`.
     pub budget_s: f64,
     pub started: std::time::Instant,
 }

@@ -2,7 +2,7 @@
 //! cost the apiserver. `herald simulate` reads the cluster as `herald audit` does, generates the
 //! rulesets kube-proxy's iptables and nftables proxiers would write ([`iptables`], [`nftables`]),
 //! times them with the real tools in a throwaway network namespace ([`measure`], [`netns`]) or
-//! models them from recorded measurements ([`model`]), and draws it all ([`html`]).
+//! models them from recorded measurements ([`model`]), and draws it all (`html`).
 
 mod args;
 mod curve;

@@ -3,10 +3,10 @@
 //!
 //! iptables: `portProtoHash` and `servicePortEndpointChainName` in kubernetes
 //! pkg/proxy/iptables/proxier.go (aroradaman/kubernetes@4177b600d4b97a67b765a18ddeeb295ef757b212,
-//! a fork tracking master): `KUBE-SVC-` + base32(sha256(servicePortName + protocol))[:16], and
+//! a fork tracking master): `KUBE-SVC-` + `base32(sha256(servicePortName + protocol))[:16]`, and
 //! `KUBE-SEP-` the same over `servicePortName + protocol + "ip:port"`.
 //! nftables: `hashAndTruncate`, `servicePortChainNameBase` and `servicePortEndpointChainNameBase` in
-//! pkg/proxy/nftables/proxier.go: base32(sha256(name))[:8] + "-" + name, where name is
+//! pkg/proxy/nftables/proxier.go: `base32(sha256(name))[:8] + "-" + name`, where name is
 //! `namespace/service/protocol/portName` (and `__ip/port` for an endpoint), cut at 247 bytes
 //! (knftables.NameLengthMax 256 less the longest prefix, `external-`).
 
