@@ -77,16 +77,11 @@ async fn start(client_ca: bool) -> Secured {
     }
 }
 
-async fn status(client: &reqwest::Client, url: &str, token: Option<&str>) -> u16 {
-    let mut req = client.get(url);
-    if let Some(t) = token {
-        req = req.bearer_auth(t);
-    }
-    req.send()
+async fn status(client: &pki::TlsClient, url: &str, token: Option<&str>) -> u16 {
+    client
+        .get(url, token)
         .await
-        .unwrap_or_else(|e| panic!("GET {url}: {e:?}"))
-        .status()
-        .as_u16()
+        .unwrap_or_else(|e| panic!("GET {url}: {e}"))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -108,8 +103,7 @@ async fn without_a_token_herald_answers_401_with_a_wrong_one_403_and_probes_stay
         );
     }
     let res = client
-        .get(format!("{url}/sd/v1/pods"))
-        .send()
+        .fetch(&format!("{url}/sd/v1/pods"), None)
         .await
         .expect("request");
     assert_eq!(
@@ -125,14 +119,10 @@ async fn without_a_token_herald_answers_401_with_a_wrong_one_403_and_probes_stay
     assert_eq!(status(&client, &format!("{url}/healthz"), None).await, 200);
     assert_eq!(status(&client, &format!("{url}/readyz"), None).await, 200);
     let metrics = client
-        .get(format!("{url}/metrics"))
-        .bearer_auth(TOKEN)
-        .send()
+        .fetch(&format!("{url}/metrics"), Some(TOKEN))
         .await
-        .expect("metrics")
-        .text()
-        .await
-        .expect("body");
+        .expect("metrics");
+    let metrics = String::from_utf8_lossy(metrics.body()).into_owned();
     assert!(
         metrics.contains("herald_http_auth_refused_total 9"),
         "every refusal is counted: {metrics}"
@@ -152,7 +142,7 @@ async fn a_client_certificate_from_the_client_ca_is_accepted_and_one_from_anothe
     assert_eq!(status(&trusted, &url, None).await, 200);
     let stranger = Ca::new("someone else's CA").client("intruder");
     let untrusted = pki::client(&s.ca.pem(), Some(&stranger));
-    let refused = untrusted.get(&url).send().await;
+    let refused = untrusted.get(&url, None).await;
     assert!(
         refused.is_err(),
         "a certificate from another CA fails the handshake: {refused:?}"
@@ -174,8 +164,8 @@ async fn a_replaced_certificate_is_served_without_a_restart() {
     let new = pki::client(&next_ca.pem(), None);
     let deadline = tokio::time::Instant::now() + DEADLINE;
     loop {
-        match new.get(&url).send().await {
-            Ok(r) if r.status() == 200 => break,
+        match new.get(&url, None).await {
+            Ok(200) => break,
             other => assert!(
                 tokio::time::Instant::now() < deadline,
                 "the new certificate is not served within {DEADLINE:?}: {other:?}"
@@ -184,7 +174,7 @@ async fn a_replaced_certificate_is_served_without_a_restart() {
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
     assert!(
-        old.get(&url).send().await.is_err(),
+        old.get(&url, None).await.is_err(),
         "a client trusting only the old CA no longer connects"
     );
     s.herald.stop().await;
@@ -213,15 +203,11 @@ async fn prometheus_discovers_through_herald_over_tls_with_a_bearer_token() {
     };
     let s = start(false).await;
     let client = pki::client(&s.ca.pem(), None);
-    let body: serde_json::Value = client
-        .get(format!("{}/sd/v1/pods", s.herald.url()))
-        .bearer_auth(TOKEN)
-        .send()
+    let sd = client
+        .fetch(&format!("{}/sd/v1/pods", s.herald.url()), Some(TOKEN))
         .await
-        .expect("sd")
-        .json()
-        .await
-        .expect("json");
+        .expect("sd");
+    let body: serde_json::Value = serde_json::from_slice(sd.body()).expect("json");
     let want: usize = body
         .as_array()
         .expect("groups")

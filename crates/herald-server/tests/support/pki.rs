@@ -75,9 +75,12 @@ impl Pair {
     }
 }
 
-/// An HTTPS client trusting only `ca_pem`, presenting `identity` when given. Each call makes new
-/// connections (no pool shared with other clients).
-pub fn client(ca_pem: &str, identity: Option<&Pair>) -> reqwest::Client {
+/// An HTTPS client trusting only `ca_pem`, presenting `identity` when given; each request opens its
+/// own connection. NB: hand-written over tokio-rustls and hyper rather than reqwest, because giving
+/// reqwest a preconfigured rustls config needs its `rustls-no-provider` feature, which Cargo then
+/// turns on for every reqwest client the workspace's tests build, and those panic without a
+/// process-wide crypto provider.
+pub fn client(ca_pem: &str, identity: Option<&Pair>) -> TlsClient {
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let mut roots = rustls::RootCertStore::empty();
     for c in CertificateDer::pem_slice_iter(ca_pem.as_bytes()) {
@@ -99,9 +102,67 @@ pub fn client(ca_pem: &str, identity: Option<&Pair>) -> reqwest::Client {
         }
         None => builder.with_no_client_auth(),
     };
-    reqwest::Client::builder()
-        .use_preconfigured_tls(config)
-        .pool_max_idle_per_host(0)
-        .build()
-        .expect("client")
+    TlsClient {
+        config: Arc::new(config),
+    }
+}
+
+/// See `client`.
+pub struct TlsClient {
+    config: Arc<rustls::ClientConfig>,
+}
+
+impl TlsClient {
+    /// `GET url` (an `https://127.0.0.1:PORT/path` URL), with a bearer token when given: the status,
+    /// or why no response came (handshake refused, connection closed).
+    pub async fn get(&self, url: &str, token: Option<&str>) -> Result<u16, String> {
+        self.fetch(url, token).await.map(|r| r.status().as_u16())
+    }
+
+    /// As `get`, the whole response.
+    pub async fn fetch(
+        &self,
+        url: &str,
+        token: Option<&str>,
+    ) -> Result<http::Response<bytes::Bytes>, String> {
+        let rest = url
+            .strip_prefix("https://")
+            .ok_or_else(|| format!("{url} is not https"))?;
+        let (authority, path) = match rest.find('/') {
+            Some(i) => (&rest[..i], &rest[i..]),
+            None => (rest, "/"),
+        };
+        let tcp = tokio::net::TcpStream::connect(authority)
+            .await
+            .map_err(|e| format!("connect {authority}: {e}"))?;
+        let host = authority.rsplit_once(':').map_or(authority, |(h, _)| h);
+        let name = rustls_pki_types::ServerName::try_from(host.to_string())
+            .map_err(|e| format!("server name {host}: {e}"))?;
+        let tls = tokio_rustls::TlsConnector::from(self.config.clone())
+            .connect(name, tcp)
+            .await
+            .map_err(|e| format!("TLS handshake: {e}"))?;
+        let (mut sender, conn) =
+            hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(tls))
+                .await
+                .map_err(|e| format!("HTTP handshake: {e}"))?;
+        tokio::spawn(conn);
+        let mut req = http::Request::get(path).header("host", authority);
+        if let Some(t) = token {
+            req = req.header("authorization", format!("Bearer {t}"));
+        }
+        let req = req
+            .body(http_body_util::Empty::<bytes::Bytes>::new())
+            .map_err(|e| e.to_string())?;
+        let res = sender
+            .send_request(req)
+            .await
+            .map_err(|e| format!("request: {e}"))?;
+        let (parts, body) = res.into_parts();
+        let body = http_body_util::BodyExt::collect(body)
+            .await
+            .map_err(|e| format!("body: {e}"))?
+            .to_bytes();
+        Ok(http::Response::from_parts(parts, body))
+    }
 }
