@@ -47,6 +47,13 @@ pub struct Index {
     dependents: HashMap<Dependency, BTreeSet<(usize, ObjectKey)>>,
     /// The strings and label blocks of every group.
     interner: Interner,
+    /// Kinds whose first complete list has not arrived yet (`expect_lists`). A job that reads one of
+    /// them builds no group until it has: Prometheus too waits for every informer of a role to sync
+    /// before it builds targets (discovery/kubernetes/endpointslice.go `Run`, `WaitForCacheSync`).
+    /// NB: without this, the EndpointSlices (fewer, smaller) list first, every slice group is built
+    /// with its pods missing, and the pods' list then rebuilds all of them: twice the work and
+    /// garbage on every start.
+    pending: BTreeSet<WatchKind>,
 }
 
 impl Index {
@@ -58,7 +65,20 @@ impl Index {
             jobs,
             dependents: HashMap::new(),
             interner: Interner::default(),
+            pending: BTreeSet::new(),
         }
+    }
+
+    /// Holds back every job reading one of `kinds` until a complete list of each (a `reset`) has
+    /// arrived. The upstream feeds call it before they start; fixtures that feed objects one by
+    /// one do not.
+    pub fn expect_lists(&mut self, kinds: impl IntoIterator<Item = WatchKind>) {
+        self.pending.extend(kinds);
+    }
+
+    /// Whether every kind job `j` reads has been listed in full.
+    fn listed(&self, j: usize) -> bool {
+        self.specs[j].kinds().iter().all(|k| !self.pending.contains(k))
     }
 
     pub fn specs(&self) -> &[JobSpec] {
@@ -100,7 +120,16 @@ impl Index {
     ) -> Changed {
         let objects = objects.into_iter().map(Into::into).collect();
         let changed = self.cluster.replace(kind, objects, keep);
-        self.settle(changed.into_iter().map(|key| (kind, key)))
+        let waiting: Vec<usize> = (0..self.specs.len()).filter(|&j| !self.listed(j)).collect();
+        let mut work = self.affected(changed.into_iter().map(|key| (kind, key)));
+        if self.pending.remove(&kind) {
+            // The last list a job waited for: build all its groups now, once.
+            for j in waiting.into_iter().filter(|&j| self.listed(j)) {
+                let primary = WatchKind::primary(self.specs[j].role);
+                work.extend(self.cluster.keys(primary).map(|key| (j, key.clone())));
+            }
+        }
+        self.rebuild(work)
     }
 
     /// The generation and groups of job `job`.
@@ -127,6 +156,15 @@ impl Index {
     /// Recomputes every group that `touched` objects feed, and bumps the generation of each job whose
     /// output changed.
     fn settle(&mut self, touched: impl IntoIterator<Item = Dependency>) -> Changed {
+        let work = self.affected(touched);
+        self.rebuild(work)
+    }
+
+    /// The (job, group key) pairs that `touched` objects feed.
+    fn affected(
+        &self,
+        touched: impl IntoIterator<Item = Dependency>,
+    ) -> BTreeSet<(usize, ObjectKey)> {
         let mut work: BTreeSet<(usize, ObjectKey)> = BTreeSet::new();
         for (kind, key) in touched {
             for (j, spec) in self.specs.iter().enumerate() {
@@ -140,8 +178,15 @@ impl Index {
             // NB: a Namespace change also reaches groups that never looked the Namespace up because it
             // did not exist yet; those lookups were recorded too, so the dependents map covers them.
         }
+        work
+    }
+
+    /// Recomputes the given groups of jobs whose lists are all in, and bumps the generation of each
+    /// job whose output changed.
+    fn rebuild(&mut self, work: BTreeSet<(usize, ObjectKey)>) -> Changed {
+        let ready: Vec<bool> = (0..self.specs.len()).map(|j| self.listed(j)).collect();
         let mut changed = Changed::new();
-        for (j, key) in work {
+        for (j, key) in work.into_iter().filter(|(j, _)| ready[*j]) {
             if self.recompute(j, &key) {
                 changed.insert(j);
             }

@@ -194,6 +194,17 @@ impl Shared {
         self.index.lock().expect("index lock poisoned")
     }
 
+    /// Holds every job back until each kind it reads has been listed in full (see
+    /// `Index::expect_lists`). The upstream feeds call it before they start.
+    pub fn expect_lists(&self) {
+        let kinds: Vec<WatchKind> = self
+            .cache
+            .ids()
+            .filter_map(|r| self.cache.get(r).watch_kind)
+            .collect();
+        self.index().expect_lists(kinds);
+    }
+
     /// Runs `f` on the index, then publishes what it changed. The lock is held only for `f`;
     /// readers of published state (generations, counts, cached bodies) never take it.
     pub fn update(&self, kind: WatchKind, f: impl FnOnce(&mut Index) -> Changed) {

@@ -92,6 +92,7 @@ pub fn spawn(
     streaming: bool,
     shutdown: CancellationToken,
 ) -> Vec<JoinHandle<()>> {
+    shared.expect_lists();
     shared
         .cache
         .ids()

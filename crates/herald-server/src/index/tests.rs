@@ -312,3 +312,45 @@ fn groups_are_listed_in_a_stable_order_whatever_the_arrival_order() {
     }
     assert_eq!(labels_of(&a, 0), labels_of(&b, 0));
 }
+
+#[test]
+fn a_job_builds_nothing_until_every_kind_it_reads_is_listed_then_builds_each_group_once() {
+    let mut index = Index::new(vec![
+        job("eps", Role::Endpoints, NONE, &[]),
+        job("pods", Role::Pod, NONE, &[]),
+    ]);
+    index.expect_lists([WatchKind::Endpoints, WatchKind::Pod, WatchKind::Service]);
+    let eps = vec![mk_endpoints("default", "web", &[("web-1", "127.16.0.5")])];
+    assert!(
+        index.reset(WatchKind::Endpoints, eps, &[]).is_empty(),
+        "pods and services are not listed yet"
+    );
+    assert_eq!(index.groups(0), 0);
+    // Objects arriving one by one before their kind's list are stored, not built.
+    index.apply(mk_service("default", "web", "web"));
+    assert_eq!(index.groups(0), 0);
+    let pods = vec![mk_pod("default", "web-1", "127.16.0.5", "web", "node-a")];
+    assert_eq!(
+        index.reset(WatchKind::Pod, pods, &[]),
+        Changed::from([1]),
+        "the pod job reads only pods: it is built now"
+    );
+    assert_eq!(index.groups(0), 0, "the endpoints job still waits for services");
+    assert_eq!(
+        index.reset(WatchKind::Service, vec![mk_service("default", "web", "web")], &[]),
+        Changed::from([0])
+    );
+    assert_eq!(index.generation(0), 1, "built once, with everything it reads");
+    let labels = &labels_of(&index, 0)[0].1;
+    assert_eq!(
+        labels.get("__meta_kubernetes_pod_label_app").map(String::as_str),
+        Some("web")
+    );
+    assert_eq!(
+        labels.get("__meta_kubernetes_service_label_tier").map(String::as_str),
+        Some("web")
+    );
+    // Later changes flow as before.
+    index.apply(mk_pod("default", "web-1", "127.16.0.5", "api", "node-a"));
+    assert_eq!(index.generation(0), 2);
+}
