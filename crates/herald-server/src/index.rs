@@ -30,6 +30,67 @@ struct JobState {
     targets: usize,
 }
 
+/// The groups built from one looked-up object. NB: most objects feed one group (a pod, the slice
+/// that lists it), so a few are kept in a vector — a `BTreeSet` node costs ~600 bytes even for one
+/// entry, ~90 MB at `k8s-limits` — and a set takes over where many do (a Namespace under
+/// attach_metadata feeds every pod in it, and removals must stay cheap).
+#[derive(Debug)]
+enum Dependents {
+    Few(Vec<(usize, ObjectKey)>),
+    Many(BTreeSet<(usize, ObjectKey)>),
+}
+
+impl Default for Dependents {
+    fn default() -> Dependents {
+        Dependents::Few(Vec::new())
+    }
+}
+
+impl Dependents {
+    const FEW: usize = 8;
+
+    fn insert(&mut self, j: usize, key: &ObjectKey) {
+        match self {
+            Dependents::Few(v) => {
+                if v.iter().any(|(dj, dk)| *dj == j && dk == key) {
+                    return;
+                }
+                if v.len() < Self::FEW {
+                    v.push((j, key.clone()));
+                } else {
+                    let mut set: BTreeSet<_> = v.drain(..).collect();
+                    set.insert((j, key.clone()));
+                    *self = Dependents::Many(set);
+                }
+            }
+            Dependents::Many(set) => {
+                set.insert((j, key.clone()));
+            }
+        }
+    }
+
+    /// Removes `(j, key)`; returns whether none are left.
+    fn remove(&mut self, j: usize, key: &ObjectKey) -> bool {
+        match self {
+            Dependents::Few(v) => {
+                v.retain(|(dj, dk)| !(*dj == j && dk == key));
+                v.is_empty()
+            }
+            Dependents::Many(set) => {
+                set.remove(&(j, key.clone()));
+                set.is_empty()
+            }
+        }
+    }
+
+    fn each(&self, mut f: impl FnMut(&(usize, ObjectKey))) {
+        match self {
+            Dependents::Few(v) => v.iter().for_each(&mut f),
+            Dependents::Many(set) => set.iter().for_each(f),
+        }
+    }
+}
+
 /// A consistent cut of one job: its groups at one generation.
 #[derive(Debug, Clone)]
 pub struct JobCut {
@@ -44,7 +105,7 @@ pub struct Index {
     specs: Vec<JobSpec>,
     jobs: Vec<JobState>,
     /// Reverse dependencies: a looked-up object → the (job, group key) pairs built from it.
-    dependents: HashMap<Dependency, BTreeSet<(usize, ObjectKey)>>,
+    dependents: HashMap<Dependency, Dependents>,
     /// The strings and label blocks of every group.
     interner: Interner,
     /// Kinds whose first complete list has not arrived yet (`expect_lists`). A job that reads one of
@@ -78,7 +139,10 @@ impl Index {
 
     /// Whether every kind job `j` reads has been listed in full.
     fn listed(&self, j: usize) -> bool {
-        self.specs[j].kinds().iter().all(|k| !self.pending.contains(k))
+        self.specs[j]
+            .kinds()
+            .iter()
+            .all(|k| !self.pending.contains(k))
     }
 
     pub fn specs(&self) -> &[JobSpec] {
@@ -173,7 +237,9 @@ impl Index {
                 }
             }
             if let Some(deps) = self.dependents.get(&(kind, key.clone())) {
-                work.extend(deps.iter().cloned());
+                deps.each(|d| {
+                    work.insert(d.clone());
+                });
             }
             // NB: a Namespace change also reaches groups that never looked the Namespace up because it
             // did not exist yet; those lookups were recorded too, so the dependents map covers them.
@@ -220,11 +286,10 @@ impl Index {
         let state = &mut self.jobs[j];
         if let Some(old) = state.deps.remove(key) {
             for dep in old {
-                if let Some(set) = self.dependents.get_mut(&dep) {
-                    set.remove(&(j, key.clone()));
-                    if set.is_empty() {
-                        self.dependents.remove(&dep);
-                    }
+                if let Some(set) = self.dependents.get_mut(&dep)
+                    && set.remove(j, key)
+                {
+                    self.dependents.remove(&dep);
                 }
             }
         }
@@ -241,7 +306,7 @@ impl Index {
                     self.dependents
                         .entry(dep.clone())
                         .or_default()
-                        .insert((j, key.clone()));
+                        .insert(j, key);
                 }
                 state.deps.insert(key.clone(), deps);
                 if state.groups.get(key).is_some_and(|old| **old == group) {
