@@ -70,6 +70,8 @@ pub struct Shared {
     index: Mutex<Index>,
     /// What an upstream object's head keeps, per served resource.
     heads: Vec<Wanted>,
+    /// The values many objects' slim projections repeat, held once.
+    pub segments: crate::segments::Segments,
     jobs: Vec<JobHandle>,
     by_name: HashMap<String, usize>,
     /// The kinds some job needs.
@@ -169,6 +171,7 @@ impl Shared {
             kube_api,
             index: Mutex::new(Index::new(specs)),
             heads,
+            segments: Default::default(),
             jobs,
             by_name,
             kinds,

@@ -294,9 +294,12 @@ impl Feed {
     fn ingest(&self, raw: &[u8]) -> Result<Ingested, String> {
         let h = self.head(raw).map_err(|e: ScanError| e.to_string())?;
         let slim = match self.kind {
-            Some(kind) => Some(Bytes::from(slim::project(kind.mask(), raw).map_err(
-                |e| format!("{} {}/{}: {e}", self.resource.plural, h.key.0, h.key.1),
-            )?)),
+            Some(kind) => {
+                let (bytes, shared) = slim::project_marked(kind.mask(), raw).map_err(|e| {
+                    format!("{} {}/{}: {e}", self.resource.plural, h.key.0, h.key.1)
+                })?;
+                Some(self.shared.segments.slim(bytes, &shared))
+            }
             None => None,
         };
         Ok(Ingested {
