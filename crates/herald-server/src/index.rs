@@ -279,7 +279,7 @@ impl Index {
             .flatten()
             .map(|obj| {
                 let lookup = JobLookup::new(&self.cluster, &spec.filter);
-                let group = Group::of(&build_group(spec, obj, &lookup), &mut self.interner);
+                let group = build_group(spec, obj, &lookup, &mut self.interner);
                 (group, lookup.into_dependencies())
             });
 
@@ -322,18 +322,35 @@ impl Index {
     }
 }
 
-/// The role's group for `obj`, from herald-core (the single implementation of Prometheus's labels).
-fn build_group(spec: &JobSpec, obj: &Object, lookup: &JobLookup<'_>) -> TargetGroup {
+/// The role's group for `obj`, from herald-core (the single implementation of Prometheus's labels),
+/// in compact form. The endpoints roles share each pod's labels between its targets.
+fn build_group(
+    spec: &JobSpec,
+    obj: &Object,
+    lookup: &JobLookup<'_>,
+    interner: &mut Interner,
+) -> Group {
     let attach = spec.attach;
+    let plain = |g: TargetGroup, interner: &mut Interner| Group::of(&g, interner);
     match (spec.role, obj) {
-        (Role::Pod, Object::Pod(o)) => herald_core::pod_group(o, lookup, attach),
-        (Role::Service, Object::Service(o)) => herald_core::service_group(o, lookup, attach),
-        (Role::Endpoints, Object::Endpoints(o)) => herald_core::endpoints_group(o, lookup, attach),
-        (Role::EndpointSlice, Object::EndpointSlice(o)) => {
-            herald_core::endpointslice_group(o, lookup, attach)
+        (Role::Pod, Object::Pod(o)) => plain(herald_core::pod_group(o, lookup, attach), interner),
+        (Role::Service, Object::Service(o)) => {
+            plain(herald_core::service_group(o, lookup, attach), interner)
         }
-        (Role::Node, Object::Node(o)) => herald_core::node_group(o, lookup, attach),
-        (Role::Ingress, Object::Ingress(o)) => herald_core::ingress_group(o, lookup, attach),
+        (Role::Endpoints, Object::Endpoints(o)) => Group::of_shared(
+            &herald_core::endpoints_shared_group(o, lookup, attach),
+            interner,
+        ),
+        (Role::EndpointSlice, Object::EndpointSlice(o)) => Group::of_shared(
+            &herald_core::endpointslice_shared_group(o, lookup, attach),
+            interner,
+        ),
+        (Role::Node, Object::Node(o)) => {
+            plain(herald_core::node_group(o, lookup, attach), interner)
+        }
+        (Role::Ingress, Object::Ingress(o)) => {
+            plain(herald_core::ingress_group(o, lookup, attach), interner)
+        }
         (role, obj) => unreachable!(
             "the index only builds a {role:?} job's groups from its primary kind, not {:?}",
             obj.kind()
