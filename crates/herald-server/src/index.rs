@@ -251,8 +251,17 @@ impl Index {
     /// job whose output changed.
     fn rebuild(&mut self, work: BTreeSet<(usize, ObjectKey)>) -> Changed {
         let ready: Vec<bool> = (0..self.specs.len()).map(|j| self.listed(j)).collect();
+        // Key-major order: a pod job's group for `ns/web-abc-1` and the slice `ns/web-xyz` that lists
+        // that pod come close together, so the pod is decoded once for both while it is still in
+        // the decoded set (a Deployment's pods and its Service's slices share a name prefix).
+        let mut work: Vec<(ObjectKey, usize)> = work
+            .into_iter()
+            .filter(|(j, _)| ready[*j])
+            .map(|(j, key)| (key, j))
+            .collect();
+        work.sort_unstable();
         let mut changed = Changed::new();
-        for (j, key) in work.into_iter().filter(|(j, _)| ready[*j]) {
+        for (key, j) in work {
             if self.recompute(j, &key) {
                 changed.insert(j);
             }
