@@ -59,14 +59,16 @@ const FAMILIES: usize = 5;
 
 /// Labels whose value is (nearly) unique to one target: kept in a block of their own, so that the rest
 /// of a target's labels (container, port and endpoint labels) form a block that the targets of every
-/// replica and every endpoint on the same port share. NB: one container id or target pod name in the
-/// block would make each of those blocks unique, ~300 bytes a target at `k8s-limits`.
-const PER_TARGET: [&str; 5] = [
+/// replica and every endpoint on the same port share. NB: one container id, target pod name or node
+/// name in the block would make each of those blocks unique, ~500 bytes a target at `k8s-limits`.
+const PER_TARGET: [&str; 7] = [
     "__meta_kubernetes_pod_container_id",
     "__meta_kubernetes_endpointslice_address_target_name",
     "__meta_kubernetes_endpointslice_endpoint_hostname",
+    "__meta_kubernetes_endpointslice_endpoint_node_name",
     "__meta_kubernetes_endpoint_address_target_name",
     "__meta_kubernetes_endpoint_hostname",
+    "__meta_kubernetes_endpoint_node_name",
 ];
 
 /// A pod's own labels, unique to it: kept apart from its labels, annotations and controller, which
