@@ -130,25 +130,27 @@ impl WatchKind {
 }
 
 /// An object's identity within its kind. Cluster-scoped objects have an empty namespace.
+/// NB: cheap to clone (shared strings): the index keys groups, dependencies and dependents by it,
+/// hundreds of thousands of copies at `k8s-limits`; `Cluster::key` hands out the stored copy.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct ObjectKey {
-    pub namespace: String,
-    pub name: String,
+    pub namespace: Arc<str>,
+    pub name: Arc<str>,
 }
 
 impl ObjectKey {
     pub fn new(namespace: &str, name: &str) -> ObjectKey {
         ObjectKey {
-            namespace: namespace.to_string(),
-            name: name.to_string(),
+            namespace: Arc::from(namespace),
+            name: Arc::from(name),
         }
     }
 
     fn of(meta: &ObjectMeta) -> ObjectKey {
-        ObjectKey {
-            namespace: meta.namespace.clone().unwrap_or_default(),
-            name: meta.name.clone().unwrap_or_default(),
-        }
+        ObjectKey::new(
+            meta.namespace.as_deref().unwrap_or_default(),
+            meta.name.as_deref().unwrap_or_default(),
+        )
     }
 }
 
@@ -405,7 +407,7 @@ impl Stored {
         let key = obj.key();
         Stored::from_parts(
             Arc::new(Entry {
-                key: (key.namespace, key.name),
+                key: (key.namespace.to_string(), key.name.to_string()),
                 rv: 0,
                 labels,
                 fields,
@@ -588,6 +590,14 @@ impl Cluster {
         changed
     }
 
+    /// The stored copy of `key` (sharing its strings), or `key` itself when nothing is stored under it.
+    pub fn key(&self, kind: WatchKind, key: ObjectKey) -> ObjectKey {
+        match self.stores.get(&kind).and_then(|s| s.get_key_value(&key)) {
+            Some((stored, _)) => stored.clone(),
+            None => key,
+        }
+    }
+
     pub fn count(&self, kind: WatchKind) -> usize {
         self.stores.get(&kind).map_or(0, BTreeMap::len)
     }
@@ -626,7 +636,7 @@ impl<'a> JobLookup<'a> {
     }
 
     fn find(&self, kind: WatchKind, namespace: &str, name: &str) -> Option<&'a Object> {
-        let key = ObjectKey::new(namespace, name);
+        let key = self.cluster.key(kind, ObjectKey::new(namespace, name));
         let found = if self.cluster.admits(self.filter, kind, &key) {
             self.cluster.object(kind, &key)
         } else {

@@ -317,7 +317,9 @@ impl Index {
                         .or_default()
                         .insert(j, key);
                 }
-                state.deps.insert(key.clone(), deps);
+                if !deps.is_empty() {
+                    state.deps.insert(key.clone(), deps);
+                }
                 if state.groups.get(key).is_some_and(|old| **old == group) {
                     return false;
                 }

@@ -375,7 +375,10 @@ impl Shared {
         match self.cache.id_of(kind) {
             Some(r) => {
                 let entries = objects.iter().map(|o| o.stored.ingested()).collect();
-                let keep = keep.into_iter().map(|k| (k.namespace, k.name)).collect();
+                let keep = keep
+                    .into_iter()
+                    .map(|k| (k.namespace.to_string(), k.name.to_string()))
+                    .collect();
                 let rv = self.cache.resource_version(r) + 1;
                 self.swap(r, rv, entries, keep);
             }
