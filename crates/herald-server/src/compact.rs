@@ -136,9 +136,10 @@ impl Interner {
         let hash = block_hash(&self.block_hasher, pairs);
         let same = |b: &Block| {
             b.0.len() == pairs.len()
-                && b.0.iter().zip(pairs).all(|((bk, bv), (k, v))| {
-                    Arc::ptr_eq(bk, k) && Arc::ptr_eq(bv, v)
-                })
+                && b.0
+                    .iter()
+                    .zip(pairs)
+                    .all(|((bk, bv), (k, v))| Arc::ptr_eq(bk, k) && Arc::ptr_eq(bv, v))
         };
         if let Some(b) = self.blocks.find(hash, same) {
             return b.clone();
@@ -345,7 +346,10 @@ mod tests {
             ("__meta_kubernetes_pod_name", name.to_string()),
             ("__meta_kubernetes_pod_ip", ip.to_string()),
             ("__meta_kubernetes_pod_label_app", "web".to_string()),
-            ("__meta_kubernetes_pod_container_id", format!("containerd://{name}")),
+            (
+                "__meta_kubernetes_pod_container_id",
+                format!("containerd://{name}"),
+            ),
         ]
     }
 
@@ -396,7 +400,10 @@ mod tests {
             },
             &mut interner,
         );
-        for key in ["__meta_kubernetes_pod_name", "__meta_kubernetes_pod_label_app"] {
+        for key in [
+            "__meta_kubernetes_pod_name",
+            "__meta_kubernetes_pod_label_app",
+        ] {
             let in_pod_job = block_with(&a.labels, key);
             let in_slice = block_with(&b.targets[0].blocks, key);
             assert!(Arc::ptr_eq(&in_pod_job.0, &in_slice.0), "{key}");
@@ -411,13 +418,19 @@ mod tests {
         let a = pod_group("web-1", "127.16.0.1", &mut interner);
         let b = pod_group("web-2", "127.16.0.2", &mut interner);
         let shared = |key: &str, blocks: fn(&Group) -> &[Block]| {
-            Arc::ptr_eq(&block_with(blocks(&a), key).0, &block_with(blocks(&b), key).0)
+            Arc::ptr_eq(
+                &block_with(blocks(&a), key).0,
+                &block_with(blocks(&b), key).0,
+            )
         };
         let group_blocks: fn(&Group) -> &[Block] = |g| &g.labels;
         let target_blocks: fn(&Group) -> &[Block] = |g| &g.targets[0].blocks;
         assert!(shared("__meta_kubernetes_pod_label_app", group_blocks));
         assert!(shared("__meta_kubernetes_namespace", group_blocks));
-        assert!(shared("__meta_kubernetes_pod_container_name", target_blocks));
+        assert!(shared(
+            "__meta_kubernetes_pod_container_name",
+            target_blocks
+        ));
         assert!(!shared("__meta_kubernetes_pod_name", group_blocks));
         assert!(!shared("__meta_kubernetes_pod_container_id", target_blocks));
     }

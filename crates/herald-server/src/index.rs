@@ -78,7 +78,10 @@ impl Index {
 
     /// Whether every kind job `j` reads has been listed in full.
     fn listed(&self, j: usize) -> bool {
-        self.specs[j].kinds().iter().all(|k| !self.pending.contains(k))
+        self.specs[j]
+            .kinds()
+            .iter()
+            .all(|k| !self.pending.contains(k))
     }
 
     pub fn specs(&self) -> &[JobSpec] {

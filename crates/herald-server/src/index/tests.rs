@@ -335,19 +335,35 @@ fn a_job_builds_nothing_until_every_kind_it_reads_is_listed_then_builds_each_gro
         Changed::from([1]),
         "the pod job reads only pods: it is built now"
     );
-    assert_eq!(index.groups(0), 0, "the endpoints job still waits for services");
     assert_eq!(
-        index.reset(WatchKind::Service, vec![mk_service("default", "web", "web")], &[]),
+        index.groups(0),
+        0,
+        "the endpoints job still waits for services"
+    );
+    assert_eq!(
+        index.reset(
+            WatchKind::Service,
+            vec![mk_service("default", "web", "web")],
+            &[]
+        ),
         Changed::from([0])
     );
-    assert_eq!(index.generation(0), 1, "built once, with everything it reads");
+    assert_eq!(
+        index.generation(0),
+        1,
+        "built once, with everything it reads"
+    );
     let labels = &labels_of(&index, 0)[0].1;
     assert_eq!(
-        labels.get("__meta_kubernetes_pod_label_app").map(String::as_str),
+        labels
+            .get("__meta_kubernetes_pod_label_app")
+            .map(String::as_str),
         Some("web")
     );
     assert_eq!(
-        labels.get("__meta_kubernetes_service_label_tier").map(String::as_str),
+        labels
+            .get("__meta_kubernetes_service_label_tier")
+            .map(String::as_str),
         Some("web")
     );
     // Later changes flow as before.
