@@ -297,7 +297,7 @@ impl Rng {
         Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1)
     }
 
-    pub fn next(&mut self) -> u64 {
+    pub fn next_u64(&mut self) -> u64 {
         let mut x = self.0;
         x ^= x >> 12;
         x ^= x << 25;
@@ -308,7 +308,7 @@ impl Rng {
 
     /// Uniform in `0..n` (n > 0).
     pub fn below(&mut self, n: usize) -> usize {
-        (self.next() % n.max(1) as u64) as usize
+        (self.next_u64() % n.max(1) as u64) as usize
     }
 }
 
@@ -432,13 +432,13 @@ impl Plan {
 
     /// The next write: a pending deletion about a third of the time (always when many are pending), else
     /// a replacement or a relabel, about evenly. The caller reports the outcome with [`Plan::done`].
-    pub fn next(&mut self) -> Step {
+    pub fn next_step(&mut self) -> Step {
         let r = self.rng.below(6);
         if !self.retired.is_empty() && (r < 2 || self.retired.len() > 32) {
             let pod = self.retired.pop_front().expect("checked non-empty");
             return Step::Delete { pod };
         }
-        if r % 2 == 0 {
+        if r.is_multiple_of(2) {
             let w = self.rng.below(self.shape.rolling);
             let free: Vec<usize> = (0..self.shape.replicas)
                 .filter(|s| !self.busy[w][*s])
@@ -630,7 +630,7 @@ mod tests {
         let mut fail = Rng::new(3);
         let mut kinds = BTreeSet::new();
         for _ in 0..5000 {
-            let step = plan.next();
+            let step = plan.next_step();
             let ok = fail.below(4) != 0;
             kinds.insert(match &step {
                 Step::Create { .. } => "create",

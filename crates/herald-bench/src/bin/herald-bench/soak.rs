@@ -267,7 +267,10 @@ async fn writer(
     let plan = Arc::new(Mutex::new(plan));
     let pods = format!("{sim}/api/v1/namespaces/{}/pods", soak::NAMESPACE);
     paced(rate, 16, stop, |_| {
-        let step = plan.lock().expect("plan lock is never poisoned").next();
+        let step = plan
+            .lock()
+            .expect("plan lock is never poisoned")
+            .next_step();
         let (http, plan, w, pods, node) = (
             http.clone(),
             plan.clone(),
