@@ -29,7 +29,10 @@ use k8s_openapi::api::networking::v1::Ingress;
 pub use config::{Config, ConfigError, Job, KindRef, KubeApiConfig, ServerConfig, parse_config};
 pub use httpsd::{HttpSdEntry, encode_http_sd, http_sd_entries};
 pub use shard::hashmod;
-pub use target::{AttachMetadata, LabelSet, Lookup, NoLookup, OwnerMetadata, Role, TargetGroup};
+pub use target::{
+    AttachMetadata, LabelSet, Lookup, NoLookup, OwnerMetadata, Role, SharedGroup, SharedTarget,
+    TargetGroup,
+};
 
 /// `role: pod` — see [`roles::pod::group`].
 pub fn pod_group(pod: &Pod, lookup: &dyn Lookup, attach: AttachMetadata) -> TargetGroup {
@@ -44,6 +47,25 @@ pub fn service_group(svc: &Service, lookup: &dyn Lookup, attach: AttachMetadata)
 /// `role: endpoints` — see [`roles::endpoints::group`].
 pub fn endpoints_group(ep: &Endpoints, lookup: &dyn Lookup, attach: AttachMetadata) -> TargetGroup {
     roles::endpoints::group(ep, lookup, attach)
+}
+
+/// `role: endpoints`, each pod's labels shared by its targets — see [`roles::endpoints::shared_group`].
+pub fn endpoints_shared_group(
+    ep: &Endpoints,
+    lookup: &dyn Lookup,
+    attach: AttachMetadata,
+) -> SharedGroup {
+    roles::endpoints::shared_group(ep, lookup, attach, OwnerMetadata::default())
+}
+
+/// `role: endpointslice`, each pod's labels shared by its targets — see
+/// [`roles::endpointslice::shared_group`].
+pub fn endpointslice_shared_group(
+    es: &EndpointSlice,
+    lookup: &dyn Lookup,
+    attach: AttachMetadata,
+) -> SharedGroup {
+    roles::endpointslice::shared_group(es, lookup, attach, OwnerMetadata::default())
 }
 
 /// `role: endpointslice` — see [`roles::endpointslice::group`].

@@ -32,6 +32,10 @@ pub enum Mask {
     List(&'static Mask),
     /// An object: the named fields kept by their masks, every other field dropped.
     Obj(&'static [(&'static str, Mask)]),
+    /// Kept by the inner mask, and marked as a value many objects repeat byte for byte (a
+    /// workload's labels, annotations and container specs are the same in each of its replicas):
+    /// [`project_marked`] reports where it lies so a store can keep one copy of it.
+    Shared(&'static Mask),
 }
 
 /// Why an object could not be projected: the path of the field at fault and what was wrong.
@@ -41,16 +45,29 @@ pub struct SlimError(String);
 
 /// Projects `json` through `mask`: compact JSON holding only the masked fields, in input order.
 pub fn project(mask: &Mask, json: &[u8]) -> Result<Vec<u8>, SlimError> {
+    project_marked(mask, json).map(|(out, _)| out)
+}
+
+/// [`project`], and the byte ranges of the output that [`Mask::Shared`] values take, in order.
+pub fn project_marked(
+    mask: &Mask,
+    json: &[u8],
+) -> Result<(Vec<u8>, Vec<std::ops::Range<usize>>), SlimError> {
     let mut out = Vec::with_capacity(json.len() / 3);
+    let mut shared = Vec::new();
     let mut de = serde_json::Deserializer::from_slice(json);
     Project {
         mask,
         out: &mut out,
+        shared: &mut shared,
     }
     .deserialize(&mut de)
     .and_then(|()| de.end())
     .map_err(|e| SlimError(e.to_string()))?;
-    Ok(out)
+    // NB: kept for as long as the object is; without this a grown buffer's spare capacity (up to
+    // half of it) would be held too, ~60 MB at 150,000 pods.
+    out.shrink_to_fit();
+    Ok((out, shared))
 }
 
 const OWNER_REF: Mask = Mask::Obj(&[
@@ -65,9 +82,9 @@ pub const METADATA: Mask = Mask::Obj(&[
     ("name", Mask::Str),
     ("namespace", Mask::Str),
     ("uid", Mask::Str),
-    ("labels", Mask::StrMap),
-    ("annotations", Mask::StrMap),
-    ("ownerReferences", Mask::List(&OWNER_REF)),
+    ("labels", Mask::Shared(&Mask::StrMap)),
+    ("annotations", Mask::Shared(&Mask::StrMap)),
+    ("ownerReferences", Mask::Shared(&Mask::List(&OWNER_REF))),
 ]);
 
 const CONTAINER: Mask = Mask::Obj(&[
@@ -94,8 +111,8 @@ pub const POD: Mask = Mask::Obj(&[
         "spec",
         Mask::Obj(&[
             ("nodeName", Mask::Str),
-            ("containers", Mask::List(&CONTAINER)),
-            ("initContainers", Mask::List(&CONTAINER)),
+            ("containers", Mask::Shared(&Mask::List(&CONTAINER))),
+            ("initContainers", Mask::Shared(&Mask::List(&CONTAINER))),
         ]),
     ),
     (
@@ -104,7 +121,7 @@ pub const POD: Mask = Mask::Obj(&[
             ("podIP", Mask::Str),
             ("phase", Mask::Str),
             ("hostIP", Mask::Str),
-            ("conditions", Mask::List(&CONDITION)),
+            ("conditions", Mask::Shared(&Mask::List(&CONDITION))),
             ("containerStatuses", Mask::List(&CONTAINER_STATUS)),
             ("initContainerStatuses", Mask::List(&CONTAINER_STATUS)),
         ]),
@@ -199,7 +216,7 @@ pub const ENDPOINT_SLICE: Mask = Mask::Obj(&[
             ("deprecatedTopology", Mask::StrMap),
         ])),
     ),
-    ("ports", Mask::List(&ENDPOINT_PORT)),
+    ("ports", Mask::Shared(&Mask::List(&ENDPOINT_PORT))),
 ]);
 
 /// `role: node`, and the nodes `attach_metadata.node` looks up (roles/node.rs).
@@ -247,10 +264,11 @@ pub const INGRESS: Mask = Mask::Obj(&[
     ),
 ]);
 
-/// One value, kept by `mask` into `out`.
+/// One value, kept by `mask` into `out`; the ranges of `Mask::Shared` values go to `shared`.
 struct Project<'m, 'o> {
     mask: &'m Mask,
     out: &'o mut Vec<u8>,
+    shared: &'o mut Vec<std::ops::Range<usize>>,
 }
 
 impl<'de> DeserializeSeed<'de> for Project<'_, '_> {
@@ -267,6 +285,17 @@ impl<'de> DeserializeSeed<'de> for Project<'_, '_> {
                 Ok(())
             }
             Mask::List(_) | Mask::Obj(_) => d.deserialize_any(self),
+            Mask::Shared(inner) => {
+                let start = self.out.len();
+                Project {
+                    mask: inner,
+                    out: &mut *self.out,
+                    shared: &mut *self.shared,
+                }
+                .deserialize(d)?;
+                self.shared.push(start..self.out.len());
+                Ok(())
+            }
         }
     }
 }
@@ -305,6 +334,7 @@ impl<'de> Visitor<'de> for Project<'_, '_> {
             let seed = Project {
                 mask: inner,
                 out: &mut *self.out,
+                shared: &mut *self.shared,
             };
             match seq.next_element_seed(seed) {
                 Ok(Some(())) => i += 1,
@@ -342,6 +372,7 @@ impl<'de> Visitor<'de> for Project<'_, '_> {
             let seed = Project {
                 mask,
                 out: &mut *self.out,
+                shared: &mut *self.shared,
             };
             map.next_value_seed(seed)
                 .map_err(|e| de::Error::custom(format_args!("{}: {e}", key.0)))?;
@@ -392,7 +423,7 @@ fn check_leaf(mask: &Mask, raw: &str) -> Result<(), String> {
             let mut de = serde_json::Deserializer::from_str(raw);
             de.deserialize_seq(Strings).is_ok()
         }
-        Mask::List(_) | Mask::Obj(_) => true,
+        Mask::List(_) | Mask::Obj(_) | Mask::Shared(_) => true,
     };
     if ok {
         return Ok(());
@@ -403,7 +434,7 @@ fn check_leaf(mask: &Mask, raw: &str) -> Result<(), String> {
         Mask::Int => "a 32-bit integer",
         Mask::StrMap => "an object of strings",
         Mask::StrList => "an array of strings",
-        Mask::List(_) | Mask::Obj(_) => "a value",
+        Mask::List(_) | Mask::Obj(_) | Mask::Shared(_) => "a value",
     };
     let shown: String = raw.chars().take(40).collect();
     Err(format!("expected {want}, got {shown}"))

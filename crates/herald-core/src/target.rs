@@ -18,6 +18,49 @@ pub struct TargetGroup {
     pub labels: LabelSet,
 }
 
+/// A target whose pod labels (`podLabels` of Prometheus's endpoints roles) are shared with the other
+/// targets of the same pod in its group instead of copied into each: built once per pod, and a store
+/// can intern them once. Its own labels and the pod's never share a name.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct SharedTarget {
+    pub own: LabelSet,
+    pub pod: Option<std::rc::Rc<LabelSet>>,
+}
+
+impl SharedTarget {
+    /// The target's whole label set.
+    pub fn flatten(self) -> LabelSet {
+        let mut ls = self.own;
+        if let Some(pod) = self.pod {
+            ls.extend(pod.iter().map(|(k, v)| (k.clone(), v.clone())));
+        }
+        ls
+    }
+}
+
+/// A [`TargetGroup`] whose targets are [`SharedTarget`]s: what the endpoints roles build.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct SharedGroup {
+    pub source: String,
+    pub targets: Vec<SharedTarget>,
+    pub labels: LabelSet,
+}
+
+impl SharedGroup {
+    /// The group as Prometheus builds it, every target with its pod's labels.
+    pub fn flatten(self) -> TargetGroup {
+        TargetGroup {
+            source: self.source,
+            targets: self
+                .targets
+                .into_iter()
+                .map(SharedTarget::flatten)
+                .collect(),
+            labels: self.labels,
+        }
+    }
+}
+
 /// The `role` of a `kubernetes_sd_configs` entry.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Role {

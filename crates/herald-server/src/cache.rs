@@ -47,7 +47,7 @@ pub struct ResourceCache {
 #[derive(Debug, Clone)]
 pub struct Ingested {
     pub entry: Arc<Entry>,
-    pub slim: Option<Bytes>,
+    pub slim: Option<crate::segments::Slim>,
 }
 
 /// One upstream change.

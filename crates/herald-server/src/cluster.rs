@@ -16,6 +16,8 @@ use serde::de::DeserializeOwned;
 
 use kube_face::Entry;
 
+use crate::segments::Slim;
+
 use crate::filter::JobFilter;
 
 /// A kind herald watches upstream. Never more than one watch per kind, whatever the jobs.
@@ -385,7 +387,7 @@ impl Object {
 #[derive(Debug)]
 pub struct Stored {
     entry: Arc<Entry>,
-    slim: Bytes,
+    slim: Slim,
     decoded: OnceCell<Option<Object>>,
 }
 
@@ -409,12 +411,12 @@ impl Stored {
                 fields,
                 bytes,
             }),
-            Bytes::from(slim),
+            Slim::whole(slim),
         )
     }
 
     /// An entry of the cache and the object's slim projection.
-    pub fn from_parts(entry: Arc<Entry>, slim: Bytes) -> Stored {
+    pub fn from_parts(entry: Arc<Entry>, slim: Slim) -> Stored {
         Stored {
             entry,
             slim,
@@ -426,7 +428,7 @@ impl Stored {
         &self.entry.labels
     }
 
-    fn json(&self) -> &Bytes {
+    fn slim(&self) -> &Slim {
         &self.slim
     }
 
@@ -488,7 +490,9 @@ impl Cluster {
             .decoded
             .get_or_init(|| {
                 self.decoded.borrow_mut().push((kind, key.clone()));
-                Object::from_slim(kind, stored.json())
+                stored
+                    .slim()
+                    .with_json(|json| Object::from_slim(kind, json))
                     .map_err(|e| {
                         tracing::error!(kind = kind.plural(), object = %key, error = %e,
                             "a slim projection does not decode; the object is left out of discovery");
@@ -531,7 +535,7 @@ impl Cluster {
         let store = self.stores.entry(obj.kind).or_default();
         if store
             .get(&obj.key)
-            .is_some_and(|old| old.json() == obj.stored.json())
+            .is_some_and(|old| old.slim() == obj.stored.slim())
         {
             return false;
         }
@@ -571,7 +575,7 @@ impl Cluster {
         }
         let mut changed: Vec<ObjectKey> = old
             .iter()
-            .filter(|(k, o)| fresh.get(*k).is_none_or(|n| n.json() != o.json()))
+            .filter(|(k, o)| fresh.get(*k).is_none_or(|n| n.slim() != o.slim()))
             .map(|(k, _)| k.clone())
             .collect();
         changed.extend(

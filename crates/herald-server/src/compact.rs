@@ -16,7 +16,9 @@ use std::sync::Arc;
 
 use hashbrown::HashTable;
 
-use herald_core::{LabelSet, TargetGroup};
+use std::rc::Rc;
+
+use herald_core::{LabelSet, SharedGroup, TargetGroup};
 
 /// An interned string.
 pub type Sym = Arc<str>;
@@ -57,14 +59,16 @@ const FAMILIES: usize = 5;
 
 /// Labels whose value is (nearly) unique to one target: kept in a block of their own, so that the rest
 /// of a target's labels (container, port and endpoint labels) form a block that the targets of every
-/// replica and every endpoint on the same port share. NB: one container id or target pod name in the
-/// block would make each of those blocks unique, ~300 bytes a target at `k8s-limits`.
-const PER_TARGET: [&str; 5] = [
+/// replica and every endpoint on the same port share. NB: one container id, target pod name or node
+/// name in the block would make each of those blocks unique, ~500 bytes a target at `k8s-limits`.
+const PER_TARGET: [&str; 7] = [
     "__meta_kubernetes_pod_container_id",
     "__meta_kubernetes_endpointslice_address_target_name",
     "__meta_kubernetes_endpointslice_endpoint_hostname",
+    "__meta_kubernetes_endpointslice_endpoint_node_name",
     "__meta_kubernetes_endpoint_address_target_name",
     "__meta_kubernetes_endpoint_hostname",
+    "__meta_kubernetes_endpoint_node_name",
 ];
 
 /// A pod's own labels, unique to it: kept apart from its labels, annotations and controller, which
@@ -154,6 +158,14 @@ impl Interner {
     /// `labels` (sorted, as a `LabelSet` is) split by family into interned blocks, empty ones left
     /// out; `skip` names a label not to keep.
     fn blocks(&mut self, labels: &LabelSet, skip: Option<&str>) -> Box<[Block]> {
+        self.family_blocks(labels, skip)
+            .into_iter()
+            .flatten()
+            .collect()
+    }
+
+    /// `labels` split by family into interned blocks, by family.
+    fn family_blocks(&mut self, labels: &LabelSet, skip: Option<&str>) -> Families {
         let mut runs: [Vec<(Sym, Sym)>; FAMILIES] = Default::default();
         for (k, v) in labels {
             if skip == Some(k.as_str()) {
@@ -162,10 +174,21 @@ impl Interner {
             let pair = (self.sym(k), self.sym(v));
             runs[family(k)].push(pair);
         }
-        runs.iter()
-            .filter(|r| !r.is_empty())
-            .map(|r| self.block(r))
-            .collect()
+        runs.map(|r| (!r.is_empty()).then(|| self.block(&r)))
+    }
+
+    /// One block of two blocks' labels (a target's own and its pod's, should they ever share a
+    /// family), the second's winning on equal names as a `LabelSet` extend would.
+    fn merge(&mut self, a: &Block, b: &Block) -> Block {
+        let mut pairs: Vec<(Sym, Sym)> = a
+            .pairs()
+            .iter()
+            .filter(|(k, _)| !b.pairs().iter().any(|(bk, _)| Arc::ptr_eq(k, bk)))
+            .cloned()
+            .collect();
+        pairs.extend(b.pairs().iter().cloned());
+        pairs.sort_by(|x, y| x.0.cmp(&y.0));
+        self.block(&pairs)
     }
 
     /// Drops strings and blocks nothing else holds any more, once either table doubled since the last
@@ -186,6 +209,9 @@ impl Interner {
         (self.syms.len(), self.blocks.len())
     }
 }
+
+/// A label set's blocks by family (`None` where it has no label of that family).
+type Families = [Option<Block>; FAMILIES];
 
 /// One target: its address and its own labels.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -214,6 +240,45 @@ impl Group {
                 Some(Target {
                     address,
                     blocks: interner.blocks(t, Some(ADDRESS)),
+                })
+            })
+            .collect();
+        Group { labels, targets }
+    }
+
+    /// The compact form of a group whose targets share their pod's labels: each pod's blocks are
+    /// interned once, not once per target (a pod behind a slice is a target per port, and one per
+    /// container port the slice does not list). Equal to `Group::of(&group.flatten())`.
+    pub fn of_shared(group: &SharedGroup, interner: &mut Interner) -> Group {
+        let labels = interner.blocks(&group.labels, None);
+        // The pods of one group, by the address of their shared labels: a handful, so a vector.
+        let mut pods: Vec<(*const LabelSet, Families)> = Vec::new();
+        let targets = group
+            .targets
+            .iter()
+            .filter_map(|t| {
+                let address = interner.sym(t.own.get(ADDRESS)?);
+                let mut families = interner.family_blocks(&t.own, Some(ADDRESS));
+                if let Some(pod) = &t.pod {
+                    let at = Rc::as_ptr(pod);
+                    let blocks = match pods.iter().find(|(p, _)| *p == at) {
+                        Some((_, b)) => b.clone(),
+                        None => {
+                            let b = interner.family_blocks(pod, Some(ADDRESS));
+                            pods.push((at, b.clone()));
+                            b
+                        }
+                    };
+                    for (mine, theirs) in families.iter_mut().zip(blocks) {
+                        *mine = match (mine.take(), theirs) {
+                            (Some(a), Some(b)) => Some(interner.merge(&a, &b)),
+                            (a, b) => a.or(b),
+                        };
+                    }
+                }
+                Some(Target {
+                    address,
+                    blocks: families.into_iter().flatten().collect(),
                 })
             })
             .collect();
@@ -433,6 +498,51 @@ mod tests {
         ));
         assert!(!shared("__meta_kubernetes_pod_name", group_blocks));
         assert!(!shared("__meta_kubernetes_pod_container_id", target_blocks));
+    }
+
+    #[test]
+    fn a_group_sharing_pod_labels_compacts_as_its_flattened_form_with_each_pod_interned_once() {
+        use herald_core::{SharedGroup, SharedTarget};
+        let web1 = Rc::new(ls(&[
+            ("__meta_kubernetes_pod_name", "web-1"),
+            ("__meta_kubernetes_pod_label_app", "web"),
+        ]));
+        let own = |addr: &str, port: &str| {
+            ls(&[
+                ("__address__", addr),
+                ("__meta_kubernetes_endpointslice_port", port),
+                ("__meta_kubernetes_pod_container_name", "main"),
+            ])
+        };
+        let group = SharedGroup {
+            source: "endpointslice/default/web".into(),
+            targets: vec![
+                SharedTarget {
+                    own: own("127.16.0.1:80", "80"),
+                    pod: Some(web1.clone()),
+                },
+                SharedTarget {
+                    own: own("127.16.0.1:81", "81"),
+                    pod: Some(web1),
+                },
+                SharedTarget {
+                    own: own("127.16.0.9:80", "80"),
+                    pod: None,
+                },
+            ],
+            labels: ls(&[("__meta_kubernetes_namespace", "default")]),
+        };
+        let mut interner = Interner::default();
+        let shared = Group::of_shared(&group, &mut interner);
+        let flat = Group::of(&group.clone().flatten(), &mut interner);
+        assert_eq!(shared, flat);
+        assert_eq!(encode(&shared), encode(&flat));
+        let pod_block =
+            |t: &Target| block_with(&t.blocks, "__meta_kubernetes_pod_label_app").clone();
+        assert!(Arc::ptr_eq(
+            &pod_block(&shared.targets[0]).0,
+            &pod_block(&shared.targets[1]).0
+        ));
     }
 
     #[test]

@@ -119,6 +119,11 @@ impl JobFilter {
 
     /// `admits` from an object's parts; `field` is only called for field selectors. Namespaces
     /// restrict only namespaced kinds: Prometheus's Node and Namespace informers are cluster-wide.
+    /// Whether the job selects objects of `kind` by labels or fields (and so reads them).
+    pub fn selects(&self, kind: WatchKind) -> bool {
+        self.selectors.contains_key(&kind)
+    }
+
     pub fn admits_parts(
         &self,
         kind: WatchKind,

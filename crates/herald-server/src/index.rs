@@ -30,6 +30,67 @@ struct JobState {
     targets: usize,
 }
 
+/// The groups built from one looked-up object. NB: most objects feed one group (a pod, the slice
+/// that lists it), so a few are kept in a vector — a `BTreeSet` node costs ~600 bytes even for one
+/// entry, ~90 MB at `k8s-limits` — and a set takes over where many do (a Namespace under
+/// attach_metadata feeds every pod in it, and removals must stay cheap).
+#[derive(Debug)]
+enum Dependents {
+    Few(Vec<(usize, ObjectKey)>),
+    Many(BTreeSet<(usize, ObjectKey)>),
+}
+
+impl Default for Dependents {
+    fn default() -> Dependents {
+        Dependents::Few(Vec::new())
+    }
+}
+
+impl Dependents {
+    const FEW: usize = 8;
+
+    fn insert(&mut self, j: usize, key: &ObjectKey) {
+        match self {
+            Dependents::Few(v) => {
+                if v.iter().any(|(dj, dk)| *dj == j && dk == key) {
+                    return;
+                }
+                if v.len() < Self::FEW {
+                    v.push((j, key.clone()));
+                } else {
+                    let mut set: BTreeSet<_> = v.drain(..).collect();
+                    set.insert((j, key.clone()));
+                    *self = Dependents::Many(set);
+                }
+            }
+            Dependents::Many(set) => {
+                set.insert((j, key.clone()));
+            }
+        }
+    }
+
+    /// Removes `(j, key)`; returns whether none are left.
+    fn remove(&mut self, j: usize, key: &ObjectKey) -> bool {
+        match self {
+            Dependents::Few(v) => {
+                v.retain(|(dj, dk)| !(*dj == j && dk == key));
+                v.is_empty()
+            }
+            Dependents::Many(set) => {
+                set.remove(&(j, key.clone()));
+                set.is_empty()
+            }
+        }
+    }
+
+    fn each(&self, mut f: impl FnMut(&(usize, ObjectKey))) {
+        match self {
+            Dependents::Few(v) => v.iter().for_each(&mut f),
+            Dependents::Many(set) => set.iter().for_each(f),
+        }
+    }
+}
+
 /// A consistent cut of one job: its groups at one generation.
 #[derive(Debug, Clone)]
 pub struct JobCut {
@@ -44,7 +105,7 @@ pub struct Index {
     specs: Vec<JobSpec>,
     jobs: Vec<JobState>,
     /// Reverse dependencies: a looked-up object → the (job, group key) pairs built from it.
-    dependents: HashMap<Dependency, BTreeSet<(usize, ObjectKey)>>,
+    dependents: HashMap<Dependency, Dependents>,
     /// The strings and label blocks of every group.
     interner: Interner,
     /// Kinds whose first complete list has not arrived yet (`expect_lists`). A job that reads one of
@@ -176,7 +237,9 @@ impl Index {
                 }
             }
             if let Some(deps) = self.dependents.get(&(kind, key.clone())) {
-                work.extend(deps.iter().cloned());
+                deps.each(|d| {
+                    work.insert(d.clone());
+                });
             }
             // NB: a Namespace change also reaches groups that never looked the Namespace up because it
             // did not exist yet; those lookups were recorded too, so the dependents map covers them.
@@ -188,8 +251,17 @@ impl Index {
     /// job whose output changed.
     fn rebuild(&mut self, work: BTreeSet<(usize, ObjectKey)>) -> Changed {
         let ready: Vec<bool> = (0..self.specs.len()).map(|j| self.listed(j)).collect();
+        // Key-major order: a pod job's group for `ns/web-abc-1` and the slice `ns/web-xyz` that lists
+        // that pod come close together, so the pod is decoded once for both while it is still in
+        // the decoded set (a Deployment's pods and its Service's slices share a name prefix).
+        let mut work: Vec<(ObjectKey, usize)> = work
+            .into_iter()
+            .filter(|(j, _)| ready[*j])
+            .map(|(j, key)| (key, j))
+            .collect();
+        work.sort_unstable();
         let mut changed = Changed::new();
-        for (j, key) in work.into_iter().filter(|(j, _)| ready[*j]) {
+        for (key, j) in work {
             if self.recompute(j, &key) {
                 changed.insert(j);
             }
@@ -216,18 +288,17 @@ impl Index {
             .flatten()
             .map(|obj| {
                 let lookup = JobLookup::new(&self.cluster, &spec.filter);
-                let group = Group::of(&build_group(spec, obj, &lookup), &mut self.interner);
+                let group = build_group(spec, obj, &lookup, &mut self.interner);
                 (group, lookup.into_dependencies())
             });
 
         let state = &mut self.jobs[j];
         if let Some(old) = state.deps.remove(key) {
             for dep in old {
-                if let Some(set) = self.dependents.get_mut(&dep) {
-                    set.remove(&(j, key.clone()));
-                    if set.is_empty() {
-                        self.dependents.remove(&dep);
-                    }
+                if let Some(set) = self.dependents.get_mut(&dep)
+                    && set.remove(j, key)
+                {
+                    self.dependents.remove(&dep);
                 }
             }
         }
@@ -244,7 +315,7 @@ impl Index {
                     self.dependents
                         .entry(dep.clone())
                         .or_default()
-                        .insert((j, key.clone()));
+                        .insert(j, key);
                 }
                 state.deps.insert(key.clone(), deps);
                 if state.groups.get(key).is_some_and(|old| **old == group) {
@@ -260,18 +331,35 @@ impl Index {
     }
 }
 
-/// The role's group for `obj`, from herald-core (the single implementation of Prometheus's labels).
-fn build_group(spec: &JobSpec, obj: &Object, lookup: &JobLookup<'_>) -> TargetGroup {
+/// The role's group for `obj`, from herald-core (the single implementation of Prometheus's labels),
+/// in compact form. The endpoints roles share each pod's labels between its targets.
+fn build_group(
+    spec: &JobSpec,
+    obj: &Object,
+    lookup: &JobLookup<'_>,
+    interner: &mut Interner,
+) -> Group {
     let attach = spec.attach;
+    let plain = |g: TargetGroup, interner: &mut Interner| Group::of(&g, interner);
     match (spec.role, obj) {
-        (Role::Pod, Object::Pod(o)) => herald_core::pod_group(o, lookup, attach),
-        (Role::Service, Object::Service(o)) => herald_core::service_group(o, lookup, attach),
-        (Role::Endpoints, Object::Endpoints(o)) => herald_core::endpoints_group(o, lookup, attach),
-        (Role::EndpointSlice, Object::EndpointSlice(o)) => {
-            herald_core::endpointslice_group(o, lookup, attach)
+        (Role::Pod, Object::Pod(o)) => plain(herald_core::pod_group(o, lookup, attach), interner),
+        (Role::Service, Object::Service(o)) => {
+            plain(herald_core::service_group(o, lookup, attach), interner)
         }
-        (Role::Node, Object::Node(o)) => herald_core::node_group(o, lookup, attach),
-        (Role::Ingress, Object::Ingress(o)) => herald_core::ingress_group(o, lookup, attach),
+        (Role::Endpoints, Object::Endpoints(o)) => Group::of_shared(
+            &herald_core::endpoints_shared_group(o, lookup, attach),
+            interner,
+        ),
+        (Role::EndpointSlice, Object::EndpointSlice(o)) => Group::of_shared(
+            &herald_core::endpointslice_shared_group(o, lookup, attach),
+            interner,
+        ),
+        (Role::Node, Object::Node(o)) => {
+            plain(herald_core::node_group(o, lookup, attach), interner)
+        }
+        (Role::Ingress, Object::Ingress(o)) => {
+            plain(herald_core::ingress_group(o, lookup, attach), interner)
+        }
         (role, obj) => unreachable!(
             "the index only builds a {role:?} job's groups from its primary kind, not {:?}",
             obj.kind()

@@ -21,6 +21,7 @@ pub mod index;
 pub mod kube_api;
 pub mod metrics;
 pub mod reference;
+pub mod segments;
 pub mod serve;
 pub mod snapshot;
 pub mod state;

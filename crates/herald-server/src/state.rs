@@ -11,6 +11,7 @@ use prometheus_client::registry::Registry;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
+use kube_face::scan::Wanted;
 use kube_face::{Entry, ResId};
 
 use crate::cache::{Cache, Change, Ingested, SwapStats};
@@ -67,6 +68,10 @@ pub struct Shared {
     /// Set when the Kubernetes API face is on.
     pub kube_api: Option<crate::kube_api::KubeApi>,
     index: Mutex<Index>,
+    /// What an upstream object's head keeps, per served resource.
+    heads: Vec<Wanted>,
+    /// The values many objects' slim projections repeat, held once.
+    pub segments: crate::segments::Segments,
     jobs: Vec<JobHandle>,
     by_name: HashMap<String, usize>,
     /// The kinds some job needs.
@@ -139,12 +144,34 @@ impl Shared {
             metrics.upstream_stale.get_or_create(&label).set(0);
             metrics.objects.get_or_create(&label).set(0);
         }
+        // Labels and selectable fields are kept only where something selects by them: the Kubernetes
+        // API face (its clients' selectors) or a job's selectors on that kind.
+        let heads = cache
+            .ids()
+            .map(|r| {
+                let keep = cache.keeps_bytes()
+                    || cache
+                        .get(r)
+                        .watch_kind
+                        .is_none_or(|k| specs.iter().any(|s| s.filter.selects(k)));
+                if keep {
+                    Wanted::ALL
+                } else {
+                    Wanted {
+                        labels: false,
+                        fields: false,
+                    }
+                }
+            })
+            .collect();
         let kube_api = kube.map(|k| crate::kube_api::KubeApi::new(k, &metrics));
         let registry = metrics.registry();
         Arc::new(Shared {
             cache,
             kube_api,
             index: Mutex::new(Index::new(specs)),
+            heads,
+            segments: Default::default(),
             jobs,
             by_name,
             kinds,
@@ -156,6 +183,11 @@ impl Shared {
             max_object_bytes: AtomicUsize::new(crate::frames::DEFAULT_MAX_OBJECT_BYTES),
             shutdown: CancellationToken::new(),
         })
+    }
+
+    /// What the head of an object of resource `r` keeps besides its key and version.
+    pub fn head_wanted(&self, r: ResId) -> Wanted {
+        self.heads[r]
     }
 
     /// Largest upstream object accepted, in bytes.

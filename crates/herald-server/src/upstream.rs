@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use herald_core::slim;
-use kube_face::scan::{ScanError, head, strip_managed_fields};
+use kube_face::scan::{Head, ScanError, head_with, strip_managed_fields};
 use kube_face::{Entry, Key, ResId, Resource};
 use serde::Deserialize;
 use serde_json::value::RawValue;
@@ -292,11 +292,14 @@ impl Feed {
     /// kinds discovery reads, its slim projection (which checks the types of every field discovery
     /// reads); and, when the Kubernetes API face serves it, its JSON with managedFields cut.
     fn ingest(&self, raw: &[u8]) -> Result<Ingested, String> {
-        let h = head(&self.resource, raw).map_err(|e: ScanError| e.to_string())?;
+        let h = self.head(raw).map_err(|e: ScanError| e.to_string())?;
         let slim = match self.kind {
-            Some(kind) => Some(Bytes::from(slim::project(kind.mask(), raw).map_err(
-                |e| format!("{} {}/{}: {e}", self.resource.plural, h.key.0, h.key.1),
-            )?)),
+            Some(kind) => {
+                let (bytes, shared) = slim::project_marked(kind.mask(), raw).map_err(|e| {
+                    format!("{} {}/{}: {e}", self.resource.plural, h.key.0, h.key.1)
+                })?;
+                Some(self.shared.segments.slim(bytes, &shared))
+            }
             None => None,
         };
         Ok(Ingested {
@@ -311,8 +314,11 @@ impl Feed {
         })
     }
 
-    /// What an entry keeps of the upstream JSON: all of it but managedFields when the Kubernetes API
-    /// face serves it, nothing otherwise (discovery reads the projection).
+    /// The object's key and version, and its labels and fields where something selects by them.
+    fn head(&self, raw: &[u8]) -> Result<Head, ScanError> {
+        head_with(&self.resource, raw, self.shared.head_wanted(self.r))
+    }
+
     /// An object larger than the limit was refused: counted, and its last good version kept.
     fn oversized(&self, bytes: usize) {
         self.shared
@@ -327,6 +333,8 @@ impl Feed {
         );
     }
 
+    /// What an entry keeps of the upstream JSON: all of it but managedFields when the Kubernetes API
+    /// face serves it, nothing otherwise (discovery reads the projection).
     fn kept_bytes(&self, raw: &[u8]) -> Bytes {
         if self.shared.cache.keeps_bytes() || self.kind.is_none() {
             Bytes::from(strip_managed_fields(raw).into_owned())
@@ -579,7 +587,7 @@ impl Feed {
                         }
                     }
                 },
-                "DELETED" => match head(&self.resource, raw) {
+                "DELETED" => match self.head(raw) {
                     Ok(h) => {
                         rv = Some(h.rv.max(rv.unwrap_or(0)));
                         let entry = Arc::new(Entry {

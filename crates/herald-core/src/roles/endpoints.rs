@@ -8,9 +8,11 @@ use crate::labels::{
     ADDRESS, META, NAMESPACE, add_namespace_labels, add_node_labels, add_object_meta_labels,
     format_port_unsigned, join_host_port, name_of, namespace_of, set,
 };
-use crate::roles::pod::{SeenPods, label_matching_container_port, pod_labels};
+use crate::roles::pod::{SeenPods, label_matching_container_port};
 use crate::roles::service::service_labels;
-use crate::target::{AttachMetadata, LabelSet, Lookup, OwnerMetadata, TargetGroup};
+use crate::target::{
+    AttachMetadata, LabelSet, Lookup, OwnerMetadata, SharedGroup, SharedTarget, TargetGroup,
+};
 
 /// The `source` of an Endpoints object's group: `endpoints/<namespace>/<name>`.
 pub fn source(namespace: &str, name: &str) -> String {
@@ -30,6 +32,16 @@ pub fn group_with_owners(
     attach: AttachMetadata,
     owners: OwnerMetadata,
 ) -> TargetGroup {
+    shared_group(ep, lookup, attach, owners).flatten()
+}
+
+/// [`group_with_owners`], each pod's labels built once and shared by its targets.
+pub fn shared_group(
+    ep: &Endpoints,
+    lookup: &dyn Lookup,
+    attach: AttachMetadata,
+    owners: OwnerMetadata,
+) -> SharedGroup {
     let namespace = namespace_of(&ep.metadata);
     let name = name_of(&ep.metadata);
     let mut labels = LabelSet::new();
@@ -41,7 +53,7 @@ pub fn group_with_owners(
     if attach.namespace {
         add_namespace_labels(&mut labels, lookup, namespace);
     }
-    let mut tg = TargetGroup {
+    let mut tg = SharedGroup {
         source: source(namespace, name),
         targets: Vec::new(),
         labels,
@@ -64,13 +76,13 @@ pub fn group_with_owners(
             }
         }
     }
-    tg.targets.extend(seen.uncovered_targets(lookup, owners));
+    tg.targets.extend(seen.uncovered_targets());
     tg
 }
 
 #[allow(clippy::too_many_arguments)] // mirrors the closure in buildEndpoints, which captures these
 fn add<'a>(
-    tg: &mut TargetGroup,
+    tg: &mut SharedGroup,
     seen: &mut SeenPods<'a>,
     lookup: &'a dyn Lookup,
     attach: AttachMetadata,
@@ -127,18 +139,20 @@ fn add<'a>(
     }
 
     let Some(pod) = resolve_pod_ref(lookup, addr.target_ref.as_ref()) else {
-        tg.targets.push(t);
+        tg.targets.push(SharedTarget { own: t, pod: None });
         return;
     };
-    t.extend(pod_labels(pod, lookup, owners));
+    let labels = seen.record(pod, Some(port.port), lookup, owners);
     label_matching_container_port(
         &mut t,
         pod,
         port.port,
         Some(port.protocol.as_deref().unwrap_or("")),
     );
-    seen.record(pod, Some(port.port));
-    tg.targets.push(t);
+    tg.targets.push(SharedTarget {
+        own: t,
+        pod: Some(labels),
+    });
 }
 
 /// `resolvePodRef`: the Pod a `targetRef` of kind `Pod` names, when known.

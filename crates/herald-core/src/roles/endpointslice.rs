@@ -11,9 +11,11 @@ use crate::labels::{
     set,
 };
 use crate::roles::endpoints::resolve_pod_ref;
-use crate::roles::pod::{SeenPods, label_matching_container_port, pod_labels};
+use crate::roles::pod::{SeenPods, label_matching_container_port};
 use crate::roles::service::service_labels;
-use crate::target::{AttachMetadata, LabelSet, Lookup, OwnerMetadata, TargetGroup};
+use crate::target::{
+    AttachMetadata, LabelSet, Lookup, OwnerMetadata, SharedGroup, SharedTarget, TargetGroup,
+};
 
 /// The label naming a slice's Service (`discoveryv1.LabelServiceName`).
 pub const SERVICE_NAME_LABEL: &str = "kubernetes.io/service-name";
@@ -37,6 +39,16 @@ pub fn group_with_owners(
     attach: AttachMetadata,
     owners: OwnerMetadata,
 ) -> TargetGroup {
+    shared_group(es, lookup, attach, owners).flatten()
+}
+
+/// [`group_with_owners`], each pod's labels built once and shared by its targets.
+pub fn shared_group(
+    es: &EndpointSlice,
+    lookup: &dyn Lookup,
+    attach: AttachMetadata,
+    owners: OwnerMetadata,
+) -> SharedGroup {
     let namespace = namespace_of(&es.metadata);
     let mut labels = LabelSet::new();
     set(&mut labels, NAMESPACE, namespace);
@@ -58,7 +70,7 @@ pub fn group_with_owners(
     if attach.namespace {
         add_namespace_labels(&mut labels, lookup, namespace);
     }
-    let mut tg = TargetGroup {
+    let mut tg = SharedGroup {
         source: source(namespace, name_of(&es.metadata)),
         targets: Vec::new(),
         labels,
@@ -73,22 +85,23 @@ pub fn group_with_owners(
     for ep in &es.endpoints {
         for port in ports {
             for addr in &ep.addresses {
-                let t = target(addr, ep, port, lookup, attach);
+                let mut t = target(addr, ep, port, lookup, attach);
                 let Some(pod) = resolve_pod_ref(lookup, ep.target_ref.as_ref()) else {
-                    tg.targets.push(t);
+                    tg.targets.push(SharedTarget { own: t, pod: None });
                     continue;
                 };
-                let mut t = t;
-                t.extend(pod_labels(pod, lookup, owners));
+                let labels = seen.record(pod, port.port, lookup, owners);
                 if let Some(p) = port.port {
                     label_matching_container_port(&mut t, pod, p, None);
                 }
-                seen.record(pod, port.port);
-                tg.targets.push(t);
+                tg.targets.push(SharedTarget {
+                    own: t,
+                    pod: Some(labels),
+                });
             }
         }
     }
-    tg.targets.extend(seen.uncovered_targets(lookup, owners));
+    tg.targets.extend(seen.uncovered_targets());
     tg
 }
 

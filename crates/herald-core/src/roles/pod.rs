@@ -8,7 +8,9 @@ use crate::labels::{
     bool_str, controller_of, format_port_unsigned, join_host_port, namespace_of, namespaced_source,
     set,
 };
-use crate::target::{AttachMetadata, LabelSet, Lookup, OwnerMetadata, TargetGroup};
+use std::rc::Rc;
+
+use crate::target::{AttachMetadata, LabelSet, Lookup, OwnerMetadata, SharedTarget, TargetGroup};
 
 pub(crate) const CONTAINER_NAME: &str = "__meta_kubernetes_pod_container_name";
 pub(crate) const CONTAINER_ID: &str = "__meta_kubernetes_pod_container_id";
@@ -238,37 +240,65 @@ pub(crate) fn pod_labels(pod: &Pod, lookup: &dyn Lookup, owners: OwnerMetadata) 
 /// that already produced a target (the `seenPods` map of endpoints.go / endpointslice.go).
 /// NB: Prometheus iterates a Go map here, so its order of the extra targets across several pods is
 /// random; first-seen order is one of its possible outputs and is stable.
+/// Each pod's labels are built once per group and shared by its targets (`SharedTarget`).
 #[derive(Default)]
 pub(crate) struct SeenPods<'a> {
-    entries: Vec<(&'a Pod, Vec<i32>)>,
+    entries: Vec<Seen<'a>>,
+}
+
+struct Seen<'a> {
+    pod: &'a Pod,
+    /// Endpoint ports that produced a target for the pod.
+    ports: Vec<i32>,
+    labels: Rc<LabelSet>,
 }
 
 impl<'a> SeenPods<'a> {
-    /// Record that `port` (when it has a number) produced a target for `pod`.
-    pub(crate) fn record(&mut self, pod: &'a Pod, port: Option<i32>) {
-        let idx = match self.entries.iter().position(|(p, _)| {
-            p.metadata.namespace == pod.metadata.namespace && p.metadata.name == pod.metadata.name
+    fn entry(&mut self, pod: &'a Pod, lookup: &dyn Lookup, owners: OwnerMetadata) -> &mut Seen<'a> {
+        let idx = match self.entries.iter().position(|s| {
+            std::ptr::eq(s.pod, pod)
+                || (s.pod.metadata.namespace == pod.metadata.namespace
+                    && s.pod.metadata.name == pod.metadata.name)
         }) {
             Some(i) => i,
             None => {
-                self.entries.push((pod, Vec::new()));
+                self.entries.push(Seen {
+                    pod,
+                    ports: Vec::new(),
+                    labels: Rc::new(pod_labels(pod, lookup, owners)),
+                });
                 self.entries.len() - 1
             }
         };
+        &mut self.entries[idx]
+    }
+
+    /// Record that `port` (when it has a number) produced a target for `pod`; returns the pod's
+    /// labels.
+    pub(crate) fn record(
+        &mut self,
+        pod: &'a Pod,
+        port: Option<i32>,
+        lookup: &dyn Lookup,
+        owners: OwnerMetadata,
+    ) -> Rc<LabelSet> {
+        let seen = self.entry(pod, lookup, owners);
         if let Some(port) = port {
-            self.entries[idx].1.push(port);
+            seen.ports.push(port);
         }
+        seen.labels.clone()
     }
 
     /// One target per container port of a seen pod not covered by an endpoint port, with the pod's
     /// labels; pods without an IP are skipped (starting or evicted).
-    pub(crate) fn uncovered_targets(
-        &self,
-        lookup: &dyn Lookup,
-        owners: OwnerMetadata,
-    ) -> Vec<LabelSet> {
+    pub(crate) fn uncovered_targets(&self) -> Vec<SharedTarget> {
         let mut out = Vec::new();
-        for (pod, seen) in &self.entries {
+        for Seen {
+            pod,
+            ports: seen,
+            labels,
+        } in &self.entries
+        {
             let ip = pod_ip(pod);
             if ip.is_empty() {
                 continue;
@@ -295,8 +325,10 @@ impl<'a> SeenPods<'a> {
                         cport.protocol.as_deref().unwrap_or(""),
                     );
                     set(&mut t, CONTAINER_INIT, bool_str(is_init));
-                    t.extend(pod_labels(pod, lookup, owners));
-                    out.push(t);
+                    out.push(SharedTarget {
+                        own: t,
+                        pod: Some(labels.clone()),
+                    });
                 }
             }
         }

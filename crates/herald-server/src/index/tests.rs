@@ -370,3 +370,21 @@ fn a_job_builds_nothing_until_every_kind_it_reads_is_listed_then_builds_each_gro
     index.apply(mk_pod("default", "web-1", "127.16.0.5", "api", "node-a"));
     assert_eq!(index.generation(0), 2);
 }
+
+#[test]
+fn dependents_hold_each_group_once_past_the_few_and_empty_out() {
+    let mut d = Dependents::default();
+    let keys: Vec<ObjectKey> = (0..12)
+        .map(|i| ObjectKey::new("ns", &format!("p{i}")))
+        .collect();
+    for k in &keys {
+        d.insert(0, k);
+        d.insert(0, k);
+    }
+    let mut seen = Vec::new();
+    d.each(|(j, k)| seen.push((*j, k.clone())));
+    assert_eq!(seen.len(), 12, "no duplicates, none lost past the vector");
+    for (i, k) in keys.iter().enumerate() {
+        assert_eq!(d.remove(0, k), i == keys.len() - 1);
+    }
+}
