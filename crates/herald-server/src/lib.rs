@@ -8,7 +8,7 @@
 //! job/shard/generation), `cache` (upstream objects per served resource), `state` (what tasks and
 //! handlers share), `upstream` (watch tasks; `frames` bounds their lines), `http` (axum router),
 //! `status` (the status page's data), `auth` and `tls` (credentials and TLS on every port), `serve`
-//! (wiring).
+//! (wiring); `reference` computes jobs from scratch for the tests and the fault soak to compare with.
 
 pub mod auth;
 pub mod cache;
@@ -20,6 +20,7 @@ pub mod http;
 pub mod index;
 pub mod kube_api;
 pub mod metrics;
+pub mod reference;
 pub mod segments;
 pub mod serve;
 pub mod snapshot;
@@ -34,6 +35,7 @@ pub use compact::Group;
 pub use filter::{FilterError, JobFilter, JobSpec};
 pub use http::app;
 pub use index::Index;
+pub use reference::{Reference, ReferenceError};
 pub use serve::{
     DEFAULT_KUBE_KINDS, Herald, KubeServeOptions, ServeError, ServeOptions, USER_AGENT, job_specs,
     kube_kinds,

@@ -1,19 +1,14 @@
-//! The reference for e2e tests: each job's HTTP SD body computed from scratch, with herald-core, over
-//! kube-sim's own state (`objects_json`) — independent of herald's incremental index and its upstream.
+//! The reference for e2e tests: each job's HTTP SD body computed from scratch by
+//! `herald_server::reference` over kube-sim's own state (`objects_json`) — independent of herald's
+//! incremental index and its upstream.
 
 #![allow(dead_code)] // each test binary uses a different subset
 
-use std::collections::BTreeMap;
-
-use herald_core::{Lookup, Role, TargetGroup};
-use herald_server::{JobFilter, JobSpec, Object, ObjectKey, WatchKind};
-use k8s_openapi::api::core::v1::{Namespace, Node, Pod, Service};
+use herald_server::{JobSpec, Object, Reference, WatchKind};
 use kube_sim::{Kind, SimHandle};
 
 /// Every object of the kinds herald watches, as kube-sim holds them now.
-pub struct ClusterState {
-    objects: BTreeMap<WatchKind, BTreeMap<ObjectKey, Object>>,
-}
+pub struct ClusterState(Reference);
 
 fn sim_kind(kind: WatchKind) -> Kind {
     match kind {
@@ -29,96 +24,18 @@ fn sim_kind(kind: WatchKind) -> Kind {
 
 impl ClusterState {
     pub fn read(sim: &SimHandle) -> ClusterState {
-        let objects = WatchKind::ALL
-            .into_iter()
-            .map(|kind| {
-                let objs = sim
-                    .objects_json(sim_kind(kind))
-                    .into_iter()
-                    .map(|v| {
-                        let o = Object::decode(kind, v).expect("kube-sim objects decode");
-                        (o.key(), o)
-                    })
-                    .collect();
-                (kind, objs)
-            })
-            .collect();
-        ClusterState { objects }
+        let mut r = Reference::default();
+        for kind in WatchKind::ALL {
+            for v in sim.objects_json(sim_kind(kind)) {
+                r.insert(Object::decode(kind, v).expect("kube-sim objects decode"));
+            }
+        }
+        ClusterState(r)
     }
 
-    fn get(&self, kind: WatchKind, ns: &str, name: &str) -> Option<&Object> {
-        self.objects.get(&kind)?.get(&ObjectKey::new(ns, name))
-    }
-
-    /// The body herald should serve for `spec`: groups in object-key order, as HTTP SD JSON.
+    /// The body herald should serve for `spec` (herald_server::reference, from scratch).
     pub fn expected_body(&self, spec: &JobSpec) -> Vec<u8> {
-        let lookup = RefLookup {
-            state: self,
-            filter: &spec.filter,
-        };
-        let primary = WatchKind::primary(spec.role);
-        // Encoded in one go by herald-core, not through herald's fragments.
-        let entries: Vec<herald_core::HttpSdEntry> = self.objects[&primary]
-            .values()
-            .filter(|o| spec.filter.admits(o))
-            .flat_map(|o| herald_core::http_sd_entries(&group(spec, o, &lookup)))
-            .collect();
-        herald_core::encode_http_sd(&entries)
-    }
-}
-
-fn group(spec: &JobSpec, obj: &Object, lookup: &dyn Lookup) -> TargetGroup {
-    let a = spec.attach;
-    match (spec.role, obj) {
-        (Role::Pod, Object::Pod(o)) => herald_core::pod_group(o, lookup, a),
-        (Role::Service, Object::Service(o)) => herald_core::service_group(o, lookup, a),
-        (Role::Endpoints, Object::Endpoints(o)) => herald_core::endpoints_group(o, lookup, a),
-        (Role::EndpointSlice, Object::EndpointSlice(o)) => {
-            herald_core::endpointslice_group(o, lookup, a)
-        }
-        (Role::Node, Object::Node(o)) => herald_core::node_group(o, lookup, a),
-        (Role::Ingress, Object::Ingress(o)) => herald_core::ingress_group(o, lookup, a),
-        _ => panic!("object of the wrong kind for the job"),
-    }
-}
-
-struct RefLookup<'a> {
-    state: &'a ClusterState,
-    filter: &'a JobFilter,
-}
-
-impl RefLookup<'_> {
-    fn find(&self, kind: WatchKind, ns: &str, name: &str) -> Option<&Object> {
-        self.state
-            .get(kind, ns, name)
-            .filter(|o| self.filter.admits(o))
-    }
-}
-
-impl Lookup for RefLookup<'_> {
-    fn pod(&self, ns: &str, name: &str) -> Option<&Pod> {
-        match self.find(WatchKind::Pod, ns, name)? {
-            Object::Pod(p) => Some(p),
-            _ => None,
-        }
-    }
-    fn service(&self, ns: &str, name: &str) -> Option<&Service> {
-        match self.find(WatchKind::Service, ns, name)? {
-            Object::Service(s) => Some(s),
-            _ => None,
-        }
-    }
-    fn node(&self, name: &str) -> Option<&Node> {
-        match self.find(WatchKind::Node, "", name)? {
-            Object::Node(n) => Some(n),
-            _ => None,
-        }
-    }
-    fn namespace(&self, name: &str) -> Option<&Namespace> {
-        match self.find(WatchKind::Namespace, "", name)? {
-            Object::Namespace(n) => Some(n),
-            _ => None,
-        }
+        self.0.expected_body(spec)
     }
 }
 

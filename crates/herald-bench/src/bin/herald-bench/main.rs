@@ -15,6 +15,7 @@ mod plot;
 mod propagation;
 mod report;
 mod serving;
+mod soak;
 mod static_server;
 
 use std::path::{Path, PathBuf};
@@ -39,6 +40,74 @@ enum Cmd {
     Suite(SuiteArgs),
     /// Serve one herald body from memory (the serving section's limit).
     StaticServer(static_server::StaticArgs),
+    /// The fault soak alone: churn, a fault every interval, consumers on every job; writes soak.json
+    /// and soak.md into --out and fails when herald served a partial snapshot or ended wrong.
+    Soak(SoakArgs),
+}
+
+#[derive(Debug, clap::Args)]
+struct SoakArgs {
+    #[command(flatten)]
+    soak: SoakOpts,
+    /// Where soak.json and soak.md go.
+    #[arg(long, default_value = "bench/out/soak")]
+    out: PathBuf,
+    /// Directory holding the herald and kube-sim binaries [default: this binary's directory].
+    #[arg(long)]
+    bin_dir: Option<PathBuf>,
+    /// Where child logs go [default: a new directory under the temp dir, removed after a pass].
+    #[arg(long)]
+    work_dir: Option<PathBuf>,
+    /// RUST_LOG for herald and kube-sim.
+    #[arg(long, default_value = "warn")]
+    child_log: String,
+}
+
+/// The soak's knobs, shared by `herald-bench soak` and `bench/run --only soak`.
+#[derive(Debug, Clone, clap::Args)]
+struct SoakOpts {
+    /// How long churn and faults run, seconds [default: 600; 30 with the suite's --quick].
+    #[arg(long)]
+    soak_seconds: Option<f64>,
+    /// Seconds between faults.
+    #[arg(long, default_value_t = 10.0)]
+    soak_fault_every: f64,
+    /// Churn writes per second (creates, deletes, relabels).
+    #[arg(long, default_value_t = 100.0)]
+    soak_churn_rate: f64,
+    /// Each consumer's pause between requests, milliseconds.
+    #[arg(long, default_value_t = 100)]
+    soak_poll_interval_ms: u64,
+    /// How long herald gets to serve kube-sim's state once faults are cleared, seconds.
+    #[arg(long, default_value_t = 120)]
+    soak_converge_timeout: u64,
+}
+
+impl SoakOpts {
+    fn plan(&self, quick: bool) -> soak::Plan {
+        soak::Plan {
+            // Half the small preset: bodies of a few hundred targets, so a 2-core machine polls them
+            // tens of times a second beside herald and kube-sim.
+            spec: ClusterSpec {
+                preset: "small",
+                scale: 0.5,
+                seed: 7,
+                churn: 0.0,
+            },
+            shape: herald_bench::soak::Shape {
+                rolling: 3,
+                relabel: 2,
+                replicas: 10,
+            },
+            seconds: self
+                .soak_seconds
+                .unwrap_or(if quick { 30.0 } else { 600.0 }),
+            fault_every: self.soak_fault_every,
+            churn_rate: self.soak_churn_rate,
+            poll_interval: Duration::from_millis(self.soak_poll_interval_ms),
+            converge_timeout: Duration::from_secs(self.soak_converge_timeout),
+        }
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -47,6 +116,8 @@ enum Section {
     Control,
     Serving,
     Propagation,
+    /// The fault soak: only when named (`--only soak`), never part of the default run.
+    Soak,
 }
 
 impl Section {
@@ -56,6 +127,7 @@ impl Section {
             Section::Control => "control",
             Section::Serving => "serving",
             Section::Propagation => "propagation",
+            Section::Soak => "soak",
         }
     }
 }
@@ -100,6 +172,8 @@ struct SuiteArgs {
     /// RUST_LOG for herald and kube-sim.
     #[arg(long, default_value = "warn")]
     child_log: String,
+    #[command(flatten)]
+    soak: SoakOpts,
 }
 
 fn sh(cmd: &str, args: &[&str]) -> Option<String> {
@@ -321,6 +395,7 @@ async fn suite(args: SuiteArgs) -> anyhow::Result<()> {
                 };
                 propagation::run(&env, &plan).await
             }
+            Section::Soak => soak::run(&env, &args.soak.plan(q)).await,
         };
         let mut meta = meta_base;
         meta["seconds"] = json!(started.elapsed().as_secs_f64());
@@ -351,6 +426,62 @@ async fn suite(args: SuiteArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// `herald-bench soak`: the soak alone, into `--out`; an error when it found a fault in herald.
+async fn soak_alone(args: SoakArgs) -> anyhow::Result<()> {
+    let this = std::env::current_exe()?;
+    let bin_dir = match &args.bin_dir {
+        Some(d) => d.clone(),
+        None => this.parent().context("binary directory")?.to_path_buf(),
+    };
+    let work = match &args.work_dir {
+        Some(d) => d.clone(),
+        None => std::env::temp_dir().join(format!("herald-soak-{}", std::process::id())),
+    };
+    std::fs::create_dir_all(&work)?;
+    std::fs::create_dir_all(&args.out)?;
+    let env = Env {
+        kube_sim: bin_dir.join("kube-sim"),
+        herald: bin_dir.join("herald"),
+        vmagent: None,
+        this,
+        work: work.clone(),
+        child_log: args.child_log.clone(),
+        http: reqwest::Client::builder().no_proxy().build()?,
+    };
+    for b in [&env.kube_sim, &env.herald] {
+        anyhow::ensure!(
+            b.exists(),
+            "{} not found (build it, or pass --bin-dir)",
+            b.display()
+        );
+    }
+    eprintln!("logs under {}", work.display());
+    let started = Instant::now();
+    let data = soak::run(&env, &args.soak.plan(false)).await?;
+    let doc = json!({
+        "machine": machine(),
+        "date_utc": sh("date", &["-u", "+%Y-%m-%d %H:%M"]).unwrap_or_default(),
+        "command": std::env::args().collect::<Vec<_>>().join(" "),
+        "commit": commit(),
+        "herald_version": version_of(&env.herald, "--version"),
+        "loadavg_after": loadavg(),
+        "wall_seconds": started.elapsed().as_secs_f64(),
+        "data": data,
+    });
+    std::fs::write(args.out.join("soak.json"), serde_json::to_vec_pretty(&doc)?)?;
+    let md = soak::markdown(&doc["data"]);
+    std::fs::write(args.out.join("soak.md"), &md)?;
+    println!("{md}");
+    if let Some(why) = soak::failure(&doc["data"]) {
+        anyhow::bail!(
+            "the soak found a fault in herald (logs kept under {}): {why}",
+            work.display()
+        );
+    }
+    let _ = std::fs::remove_dir_all(&work);
+    Ok(())
+}
+
 fn write_all(doc: &Value, out: &Path) -> anyhow::Result<()> {
     std::fs::write(out.join("results.json"), serde_json::to_vec_pretty(doc)?)?;
     report::splice(&out.join("RESULTS.md"), &report::markdown(doc))?;
@@ -365,5 +496,6 @@ async fn main() -> anyhow::Result<()> {
     match Cli::parse().command {
         Cmd::Suite(a) => suite(a).await,
         Cmd::StaticServer(a) => static_server::serve(a).await,
+        Cmd::Soak(a) => soak_alone(a).await,
     }
 }

@@ -10,8 +10,8 @@ use serde_json::Value;
 pub const BEGIN: &str = "<!-- herald-bench suite: begin (written by bench/run; edits between these markers are overwritten) -->";
 pub const END: &str = "<!-- herald-bench suite: end -->";
 
-/// The four sections, in order: (key, title).
-pub const SECTIONS: [(&str, &str); 4] = [
+/// The sections, in order: (key, title). The soak runs only when named (`--only soak`).
+pub const SECTIONS: [(&str, &str); 5] = [
     ("discovery", "1. Discovery cost versus a real peer"),
     (
         "control",
@@ -19,6 +19,7 @@ pub const SECTIONS: [(&str, &str); 4] = [
     ),
     ("serving", "3. Serving"),
     ("propagation", "4. Propagation"),
+    ("soak", "5. Fault soak"),
 ];
 
 fn n(v: &Value) -> Option<f64> {
@@ -55,6 +56,12 @@ pub fn markdown(doc: &Value) -> String {
     for (key, title) in SECTIONS {
         let s = &doc["sections"][key];
         o.push_str(&format!("\n### {title}\n\n"));
+        if s.is_null() && key == "soak" {
+            o.push_str(
+                "Runs only when named: `bench/run --only soak` (10 minutes; `--soak-seconds N`).\n",
+            );
+            continue;
+        }
         if s.is_null() {
             o.push_str("Not run yet.\n");
             continue;
@@ -84,11 +91,23 @@ pub fn markdown(doc: &Value) -> String {
             "discovery" => discovery(&mut o, d),
             "control" => control(&mut o, d),
             "serving" => serving(&mut o, d),
+            "soak" => soak(&mut o, d),
             _ => propagation(&mut o, d),
         }
     }
     o.push_str(&format!("\n{END}\n"));
     o
+}
+
+fn soak(o: &mut String, d: &Value) {
+    o.push_str(
+        "kube-sim churns the soak's own workloads (rolling ones replaced create-before-delete, others \
+         relabelled and flapped in place; the invariant in `crates/herald-bench/src/soak.rs` gives a lower \
+         bound on every job's and shard's true target count at every instant) while faults rotate and \
+         consumers poll every job; at the end, faults cleared, every job and shard herald serves is \
+         compared with herald-core over kube-sim's own objects.\n\n",
+    );
+    o.push_str(&crate::soak::markdown(d));
 }
 
 fn discovery(o: &mut String, d: &Value) {
