@@ -24,7 +24,7 @@ pub struct TargetGroup {
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct SharedTarget {
     pub own: LabelSet,
-    pub pod: Option<std::rc::Rc<LabelSet>>,
+    pub pod: Option<std::sync::Arc<LabelSet>>,
 }
 
 impl SharedTarget {

@@ -2,7 +2,7 @@
 //! decoding of upstream objects, and the per-job `Lookup` that role code reads through (filtered and
 //! dependency-recording).
 
-use std::cell::{OnceCell, RefCell};
+use std::cell::RefCell;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
@@ -381,7 +381,7 @@ impl Object {
 }
 
 /// How discovery keeps an object between uses: its slim projection (`herald_core::slim`, about a
-/// quarter of the upstream JSON), decoded on demand while groups are built, and the cache's entry for
+/// quarter of the upstream JSON), decoded on demand while groups are built (`Decoded`), and the cache's entry for
 /// its labels and selectable fields (shared with the Kubernetes API face, which alone keeps the
 /// upstream JSON). NB: a k8s-openapi `Pod` takes ~13 KiB in memory (`Container` alone is 2 KiB
 /// inline, mostly `None`s) against ~2.5 KiB of JSON and ~0.6 KiB of projection, so holding 150,000
@@ -390,7 +390,6 @@ impl Object {
 pub struct Stored {
     entry: Arc<Entry>,
     slim: Slim,
-    decoded: OnceCell<Option<Object>>,
 }
 
 impl Stored {
@@ -419,11 +418,7 @@ impl Stored {
 
     /// An entry of the cache and the object's slim projection.
     pub fn from_parts(entry: Arc<Entry>, slim: Slim) -> Stored {
-        Stored {
-            entry,
-            slim,
-            decoded: OnceCell::new(),
-        }
+        Stored { entry, slim }
     }
 
     pub fn labels(&self) -> &BTreeMap<String, String> {
@@ -467,69 +462,15 @@ impl From<Object> for StoredObject {
     }
 }
 
-/// Decoded objects kept at most, between releases, while groups are rebuilt: enough to share decodes
-/// between neighbouring groups (slices of one Service read the same pods), few enough to bound the
-/// memory they take (~30 MiB of pods).
-pub const DECODED_BUDGET: usize = 2_048;
-
 /// Every watched object, by kind then key. Keys are ordered, so a namespace is a contiguous range.
 #[derive(Debug, Default)]
 pub struct Cluster {
     stores: BTreeMap<WatchKind, BTreeMap<ObjectKey, Stored>>,
-    /// Objects decoded since the last `release_decoded`.
-    decoded: RefCell<Vec<(WatchKind, ObjectKey)>>,
 }
 
 impl Cluster {
     pub fn get(&self, kind: WatchKind, key: &ObjectKey) -> Option<&Stored> {
         self.stores.get(&kind)?.get(key)
-    }
-
-    /// The object, decoded (once until the next `release_decoded`).
-    pub fn object(&self, kind: WatchKind, key: &ObjectKey) -> Option<&Object> {
-        let stored = self.get(kind, key)?;
-        stored
-            .decoded
-            .get_or_init(|| {
-                self.decoded.borrow_mut().push((kind, key.clone()));
-                stored
-                    .slim()
-                    .with_json(|json| Object::from_slim(kind, json))
-                    .map_err(|e| {
-                        tracing::error!(kind = kind.plural(), object = %key, error = %e,
-                            "a slim projection does not decode; the object is left out of discovery");
-                    })
-                    .ok()
-            })
-            .as_ref()
-    }
-
-    /// Whether `filter` admits the stored object. Field selectors read the fields the cache indexed
-    /// when the object arrived; only a field it does not index costs a decode.
-    pub fn admits(&self, filter: &JobFilter, kind: WatchKind, key: &ObjectKey) -> bool {
-        let Some(stored) = self.get(kind, key) else {
-            return false;
-        };
-        filter.admits_parts(kind, &key.namespace, stored.labels(), |field| {
-            stored
-                .entry
-                .field(field)
-                .or_else(|| self.object(kind, key).and_then(|o| o.field(field)))
-        })
-    }
-
-    pub fn decoded_count(&self) -> usize {
-        self.decoded.borrow().len()
-    }
-
-    /// Drops every decoded object, keeping only the JSON.
-    pub fn release_decoded(&mut self) {
-        let decoded = std::mem::take(self.decoded.get_mut());
-        for (kind, key) in decoded {
-            if let Some(stored) = self.stores.get_mut(&kind).and_then(|s| s.get_mut(&key)) {
-                stored.decoded.take();
-            }
-        }
     }
 
     /// Stores `obj`. Returns whether anything changed (a byte-equal object is not a change).
@@ -607,6 +548,71 @@ impl Cluster {
     }
 }
 
+/// Objects decoded for one stretch of group builds (an index worker's chunk of work): each object is
+/// decoded from its slim projection at most once while this lives, and freed with it. Role code
+/// borrows the decoded objects while it looks more up, hence an append-only map.
+/// NB: one per worker rather than a cache inside `Cluster`, so the cluster stays immutable while
+/// several threads build groups from it.
+pub struct Decoded<'c> {
+    cluster: &'c Cluster,
+    objects: elsa::FrozenMap<(WatchKind, ObjectKey), Box<Option<Object>>>,
+}
+
+impl<'c> Decoded<'c> {
+    pub fn new(cluster: &'c Cluster) -> Decoded<'c> {
+        Decoded {
+            cluster,
+            objects: elsa::FrozenMap::new(),
+        }
+    }
+
+    pub fn cluster(&self) -> &'c Cluster {
+        self.cluster
+    }
+
+    /// Objects decoded so far.
+    pub fn len(&self) -> usize {
+        self.objects.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.objects.is_empty()
+    }
+
+    /// The stored object, decoded (once while this lives). A projection that does not decode is
+    /// logged and treated as absent.
+    pub fn object(&self, kind: WatchKind, key: &ObjectKey) -> Option<&Object> {
+        let id = (kind, key.clone());
+        if let Some(found) = self.objects.get(&id) {
+            return found.as_ref();
+        }
+        let stored = self.cluster.get(kind, key)?;
+        let decoded = stored
+            .slim()
+            .with_json(|json| Object::from_slim(kind, json))
+            .map_err(|e| {
+                tracing::error!(kind = kind.plural(), object = %key, error = %e,
+                    "a slim projection does not decode; the object is left out of discovery");
+            })
+            .ok();
+        self.objects.insert(id, Box::new(decoded)).as_ref()
+    }
+
+    /// Whether `filter` admits the stored object. Field selectors read the fields the cache indexed
+    /// when the object arrived; only a field it does not index costs a decode.
+    pub fn admits(&self, filter: &JobFilter, kind: WatchKind, key: &ObjectKey) -> bool {
+        let Some(stored) = self.cluster.get(kind, key) else {
+            return false;
+        };
+        filter.admits_parts(kind, &key.namespace, stored.labels(), |field| {
+            stored
+                .entry
+                .field(field)
+                .or_else(|| self.object(kind, key).and_then(|o| o.field(field)))
+        })
+    }
+}
+
 /// Something a group was built from besides its own object: a later change to it must rebuild the group.
 pub type Dependency = (WatchKind, ObjectKey);
 
@@ -614,15 +620,15 @@ pub type Dependency = (WatchKind, ObjectKey);
 /// (Prometheus's informers for a job only ever hold those), recording every lookup — found or not —
 /// so the index knows which groups to rebuild when a looked-up object appears, changes or goes.
 pub struct JobLookup<'a> {
-    cluster: &'a Cluster,
+    decoded: &'a Decoded<'a>,
     filter: &'a JobFilter,
     seen: RefCell<Vec<Dependency>>,
 }
 
 impl<'a> JobLookup<'a> {
-    pub fn new(cluster: &'a Cluster, filter: &'a JobFilter) -> JobLookup<'a> {
+    pub fn new(decoded: &'a Decoded<'a>, filter: &'a JobFilter) -> JobLookup<'a> {
         JobLookup {
-            cluster,
+            decoded,
             filter,
             seen: RefCell::new(Vec::new()),
         }
@@ -636,9 +642,12 @@ impl<'a> JobLookup<'a> {
     }
 
     fn find(&self, kind: WatchKind, namespace: &str, name: &str) -> Option<&'a Object> {
-        let key = self.cluster.key(kind, ObjectKey::new(namespace, name));
-        let found = if self.cluster.admits(self.filter, kind, &key) {
-            self.cluster.object(kind, &key)
+        let key = self
+            .decoded
+            .cluster()
+            .key(kind, ObjectKey::new(namespace, name));
+        let found = if self.decoded.admits(self.filter, kind, &key) {
+            self.decoded.object(kind, &key)
         } else {
             None
         };
@@ -698,23 +707,32 @@ mod tests {
     }
 
     #[test]
-    fn objects_are_kept_as_json_and_decoded_only_until_released() {
+    fn objects_are_kept_as_json_and_decoded_once_per_decode_cache() {
         let mut cluster = Cluster::default();
         assert!(cluster.insert(mk_pod("a", "127.16.0.1").into()));
         assert!(
             !cluster.insert(mk_pod("a", "127.16.0.1").into()),
             "byte-equal is no change"
         );
-        assert_eq!(cluster.decoded_count(), 0);
-        let Some(Object::Pod(p)) = cluster.object(WatchKind::Pod, &key("a")) else {
+        let decoded = Decoded::new(&cluster);
+        assert!(decoded.is_empty());
+        let Some(Object::Pod(p)) = decoded.object(WatchKind::Pod, &key("a")) else {
             panic!("pod a decodes");
         };
         assert_eq!(p.metadata.managed_fields, None, "managedFields are dropped");
-        assert_eq!(cluster.decoded_count(), 1);
-        cluster.object(WatchKind::Pod, &key("a"));
-        assert_eq!(cluster.decoded_count(), 1, "decoded once until released");
-        cluster.release_decoded();
-        assert_eq!(cluster.decoded_count(), 0);
+        assert_eq!(decoded.len(), 1);
+        let again = decoded.object(WatchKind::Pod, &key("a")).expect("pod a");
+        assert!(
+            std::ptr::eq(
+                again,
+                decoded.object(WatchKind::Pod, &key("a")).expect("pod a")
+            ),
+            "decoded once while the cache lives"
+        );
+        assert_eq!(decoded.len(), 1);
+        assert!(decoded.object(WatchKind::Pod, &key("zz")).is_none());
+        assert_eq!(decoded.len(), 1, "absent objects are not decoded");
+        drop(decoded);
         assert_eq!(
             cluster
                 .get(WatchKind::Pod, &key("a"))

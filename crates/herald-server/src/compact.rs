@@ -10,13 +10,10 @@
 //! NB: blocks are split by label family (pod, node, the rest) so that the same pod or node yields
 //! byte-equal blocks whichever role built them; equal blocks are then one allocation.
 
-use std::collections::HashSet;
 use std::hash::{BuildHasher, Hash, Hasher};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use hashbrown::HashTable;
-
-use std::rc::Rc;
 
 use herald_core::{LabelSet, SharedGroup, TargetGroup};
 
@@ -112,32 +109,65 @@ fn block_hash(hasher: &foldhash::fast::RandomState, pairs: &[(Sym, Sym)]) -> u64
     h.finish()
 }
 
-/// Strings and blocks in use, each held once. Owned by the index (one writer); what it hands out is
-/// immutable and shared with readers.
-#[derive(Debug, Default)]
+/// Tables an interner splits its strings and its blocks between, by hash: the index's build workers
+/// intern concurrently, and a lock per shard keeps them from waiting on each other.
+const SHARDS: usize = 16;
+
+/// One shard of an interner's table.
+type Shard<T> = Mutex<HashTable<T>>;
+
+fn shards<T>() -> Box<[Shard<T>]> {
+    (0..SHARDS).map(|_| Mutex::new(HashTable::new())).collect()
+}
+
+/// The shard for `hash` (its top bits: hashbrown places entries by the low ones).
+fn lock<T>(shards: &[Shard<T>], hash: u64) -> MutexGuard<'_, HashTable<T>> {
+    // A panic while a shard was held left it consistent (inserts are single calls), so a poisoned
+    // lock is taken as it is.
+    shards[(hash >> 60) as usize % SHARDS]
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+}
+
+/// Strings and blocks in use, each held once. Shared by the index's build workers (`&self`, a lock
+/// per shard); what it hands out is immutable and shared with readers.
+#[derive(Debug)]
 pub struct Interner {
-    syms: HashSet<Sym, foldhash::fast::RandomState>,
+    syms: Box<[Shard<Sym>]>,
     /// Blocks, hashed and compared by the identity of their interned strings: equal strings are one
     /// allocation, so pointers decide equality without reading a byte of label text (hashing blocks
     /// by content cost ~10 % of a first sync).
-    blocks: HashTable<Block>,
-    block_hasher: foldhash::fast::RandomState,
+    blocks: Box<[Shard<Block>]>,
+    hasher: foldhash::fast::RandomState,
     /// Sizes after the last sweep: the next one runs when either doubles.
     swept: (usize, usize),
 }
 
+impl Default for Interner {
+    fn default() -> Interner {
+        Interner {
+            syms: shards(),
+            blocks: shards(),
+            hasher: foldhash::fast::RandomState::default(),
+            swept: (0, 0),
+        }
+    }
+}
+
 impl Interner {
-    pub fn sym(&mut self, s: &str) -> Sym {
-        if let Some(sym) = self.syms.get(s) {
+    pub fn sym(&self, s: &str) -> Sym {
+        let hash = self.hasher.hash_one(s);
+        let mut table = lock(&self.syms, hash);
+        if let Some(sym) = table.find(hash, |sym| **sym == *s) {
             return sym.clone();
         }
         let sym: Sym = Arc::from(s);
-        self.syms.insert(sym.clone());
+        table.insert_unique(hash, sym.clone(), |sym| self.hasher.hash_one(&**sym));
         sym
     }
 
-    fn block(&mut self, pairs: &[(Sym, Sym)]) -> Block {
-        let hash = block_hash(&self.block_hasher, pairs);
+    fn block(&self, pairs: &[(Sym, Sym)]) -> Block {
+        let hash = block_hash(&self.hasher, pairs);
         let same = |b: &Block| {
             b.0.len() == pairs.len()
                 && b.0
@@ -145,19 +175,18 @@ impl Interner {
                     .zip(pairs)
                     .all(|((bk, bv), (k, v))| Arc::ptr_eq(bk, k) && Arc::ptr_eq(bv, v))
         };
-        if let Some(b) = self.blocks.find(hash, same) {
+        let mut table = lock(&self.blocks, hash);
+        if let Some(b) = table.find(hash, same) {
             return b.clone();
         }
         let b = Block(Arc::from(pairs));
-        let hasher = &self.block_hasher;
-        self.blocks
-            .insert_unique(hash, b.clone(), |b| block_hash(hasher, b.pairs()));
+        table.insert_unique(hash, b.clone(), |b| block_hash(&self.hasher, b.pairs()));
         b
     }
 
     /// `labels` (sorted, as a `LabelSet` is) split by family into interned blocks, empty ones left
     /// out; `skip` names a label not to keep.
-    fn blocks(&mut self, labels: &LabelSet, skip: Option<&str>) -> Box<[Block]> {
+    fn blocks(&self, labels: &LabelSet, skip: Option<&str>) -> Box<[Block]> {
         self.family_blocks(labels, skip)
             .into_iter()
             .flatten()
@@ -165,7 +194,7 @@ impl Interner {
     }
 
     /// `labels` split by family into interned blocks, by family.
-    fn family_blocks(&mut self, labels: &LabelSet, skip: Option<&str>) -> Families {
+    fn family_blocks(&self, labels: &LabelSet, skip: Option<&str>) -> Families {
         let mut runs: [Vec<(Sym, Sym)>; FAMILIES] = Default::default();
         for (k, v) in labels {
             if skip == Some(k.as_str()) {
@@ -179,7 +208,7 @@ impl Interner {
 
     /// One block of two blocks' labels (a target's own and its pod's, should they ever share a
     /// family), the second's winning on equal names as a `LabelSet` extend would.
-    fn merge(&mut self, a: &Block, b: &Block) -> Block {
+    fn merge(&self, a: &Block, b: &Block) -> Block {
         let mut pairs: Vec<(Sym, Sym)> = a
             .pairs()
             .iter()
@@ -195,18 +224,31 @@ impl Interner {
     /// sweep: churn (pod names, IPs, uids) must not grow it for ever.
     pub fn maybe_sweep(&mut self) {
         let (syms, blocks) = self.swept;
-        if self.syms.len() < 2 * syms.max(4096) && self.blocks.len() < 2 * blocks.max(4096) {
+        let (now_syms, now_blocks) = self.len();
+        if now_syms < 2 * syms.max(4096) && now_blocks < 2 * blocks.max(4096) {
             return;
         }
         // Blocks first: a dropped block releases its strings.
-        self.blocks.retain(|b| Arc::strong_count(&b.0) > 1);
-        self.syms.retain(|s| Arc::strong_count(s) > 1);
-        self.swept = (self.syms.len(), self.blocks.len());
+        for shard in self.blocks.iter_mut() {
+            let table = shard.get_mut().unwrap_or_else(PoisonError::into_inner);
+            table.retain(|b| Arc::strong_count(&b.0) > 1);
+        }
+        for shard in self.syms.iter_mut() {
+            let table = shard.get_mut().unwrap_or_else(PoisonError::into_inner);
+            table.retain(|s| Arc::strong_count(s) > 1);
+        }
+        self.swept = self.len();
     }
 
     /// Strings and blocks held (for metrics and tests).
     pub fn len(&self) -> (usize, usize) {
-        (self.syms.len(), self.blocks.len())
+        fn count<T>(shards: &[Shard<T>]) -> usize {
+            shards
+                .iter()
+                .map(|s| s.lock().unwrap_or_else(PoisonError::into_inner).len())
+                .sum()
+        }
+        (count(&self.syms), count(&self.blocks))
     }
 }
 
@@ -230,7 +272,7 @@ pub struct Group {
 impl Group {
     /// The compact form of `group`. Targets without `__address__` are left out, as Prometheus (and
     /// `herald_core::http_sd_entries`) leave them out.
-    pub fn of(group: &TargetGroup, interner: &mut Interner) -> Group {
+    pub fn of(group: &TargetGroup, interner: &Interner) -> Group {
         let labels = interner.blocks(&group.labels, None);
         let targets = group
             .targets
@@ -249,7 +291,7 @@ impl Group {
     /// The compact form of a group whose targets share their pod's labels: each pod's blocks are
     /// interned once, not once per target (a pod behind a slice is a target per port, and one per
     /// container port the slice does not list). Equal to `Group::of(&group.flatten())`.
-    pub fn of_shared(group: &SharedGroup, interner: &mut Interner) -> Group {
+    pub fn of_shared(group: &SharedGroup, interner: &Interner) -> Group {
         let labels = interner.blocks(&group.labels, None);
         // The pods of one group, by the address of their shared labels: a handful, so a vector.
         let mut pods: Vec<(*const LabelSet, Families)> = Vec::new();
@@ -260,7 +302,7 @@ impl Group {
                 let address = interner.sym(t.own.get(ADDRESS)?);
                 let mut families = interner.family_blocks(&t.own, Some(ADDRESS));
                 if let Some(pod) = &t.pod {
-                    let at = Rc::as_ptr(pod);
+                    let at = Arc::as_ptr(pod);
                     let blocks = match pods.iter().find(|(p, _)| *p == at) {
                         Some((_, b)) => b.clone(),
                         None => {
@@ -400,8 +442,8 @@ mod tests {
                 ("__meta_kubernetes_pod_name", "group"),
             ]),
         };
-        let mut interner = Interner::default();
-        let compact = Group::of(&group, &mut interner);
+        let interner = Interner::default();
+        let compact = Group::of(&group, &interner);
         assert_eq!(compact.targets(), 3);
         assert_eq!(encode(&compact), encode_http_sd(&http_sd_entries(&group)));
     }
@@ -418,7 +460,7 @@ mod tests {
         ]
     }
 
-    fn pod_group(name: &str, ip: &str, interner: &mut Interner) -> Group {
+    fn pod_group(name: &str, ip: &str, interner: &Interner) -> Group {
         let mut labels: LabelSet = pod(name, ip)[..3]
             .iter()
             .map(|(k, v)| (k.to_string(), v.clone()))
@@ -449,8 +491,8 @@ mod tests {
 
     #[test]
     fn a_pod_s_labels_are_one_block_whichever_group_carries_them() {
-        let mut interner = Interner::default();
-        let a = pod_group("web-1", "127.16.0.1", &mut interner);
+        let interner = Interner::default();
+        let a = pod_group("web-1", "127.16.0.1", &interner);
         let mut as_target: LabelSet = pod("web-1", "127.16.0.1")[..3]
             .iter()
             .map(|(k, v)| (k.to_string(), v.clone()))
@@ -463,7 +505,7 @@ mod tests {
                 targets: vec![as_target],
                 labels: LabelSet::new(),
             },
-            &mut interner,
+            &interner,
         );
         for key in [
             "__meta_kubernetes_pod_name",
@@ -479,9 +521,9 @@ mod tests {
 
     #[test]
     fn replicas_share_every_block_but_the_labels_unique_to_each_pod_and_target() {
-        let mut interner = Interner::default();
-        let a = pod_group("web-1", "127.16.0.1", &mut interner);
-        let b = pod_group("web-2", "127.16.0.2", &mut interner);
+        let interner = Interner::default();
+        let a = pod_group("web-1", "127.16.0.1", &interner);
+        let b = pod_group("web-2", "127.16.0.2", &interner);
         let shared = |key: &str, blocks: fn(&Group) -> &[Block]| {
             Arc::ptr_eq(
                 &block_with(blocks(&a), key).0,
@@ -503,7 +545,7 @@ mod tests {
     #[test]
     fn a_group_sharing_pod_labels_compacts_as_its_flattened_form_with_each_pod_interned_once() {
         use herald_core::{SharedGroup, SharedTarget};
-        let web1 = Rc::new(ls(&[
+        let web1 = Arc::new(ls(&[
             ("__meta_kubernetes_pod_name", "web-1"),
             ("__meta_kubernetes_pod_label_app", "web"),
         ]));
@@ -532,9 +574,9 @@ mod tests {
             ],
             labels: ls(&[("__meta_kubernetes_namespace", "default")]),
         };
-        let mut interner = Interner::default();
-        let shared = Group::of_shared(&group, &mut interner);
-        let flat = Group::of(&group.clone().flatten(), &mut interner);
+        let interner = Interner::default();
+        let shared = Group::of_shared(&group, &interner);
+        let flat = Group::of(&group.clone().flatten(), &interner);
         assert_eq!(shared, flat);
         assert_eq!(encode(&shared), encode(&flat));
         let pod_block =
@@ -559,7 +601,7 @@ mod tests {
                     )])],
                     labels: ls(&[("__meta_kubernetes_pod_name", &format!("p{i}"))]),
                 },
-                &mut interner,
+                &interner,
             ));
         }
         let (syms, _) = interner.len();

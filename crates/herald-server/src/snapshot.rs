@@ -209,7 +209,7 @@ mod tests {
                     .collect(),
                 labels: LabelSet::from([("job_label".to_string(), source.to_string())]),
             },
-            &mut Interner::default(),
+            &Interner::default(),
         ))
     }
 
@@ -234,10 +234,10 @@ mod tests {
                 labels: LabelSet::new(),
             },
         ];
-        let mut interner = Interner::default();
+        let interner = Interner::default();
         let fragments: Vec<Arc<Group>> = groups
             .iter()
-            .map(|g| Arc::new(Group::of(g, &mut interner)))
+            .map(|g| Arc::new(Group::of(g, &interner)))
             .collect();
         let entries: Vec<_> = groups.iter().flat_map(http_sd_entries).collect();
         let e = Encoded::build(1, &fragments, None);

@@ -5,8 +5,8 @@
 use k8s_openapi::api::core::v1::{EndpointAddress, EndpointPort, Endpoints, ObjectReference, Pod};
 
 use crate::labels::{
-    ADDRESS, META, NAMESPACE, add_namespace_labels, add_node_labels, add_object_meta_labels,
-    format_port_unsigned, join_host_port, name_of, namespace_of, set,
+    ADDRESS, NAMESPACE, add_namespace_labels, add_node_labels, add_object_meta_labels,
+    format_port_unsigned, join_host_port, meta_name, name_of, namespace_of, set,
 };
 use crate::roles::pod::{SeenPods, label_matching_container_port};
 use crate::roles::service::service_labels;
@@ -99,32 +99,32 @@ fn add<'a>(
     );
     set(
         &mut t,
-        format!("{META}endpoint_port_name"),
+        meta_name(&["endpoint_port_name"]),
         port.name.as_deref().unwrap_or(""),
     );
     set(
         &mut t,
-        format!("{META}endpoint_port_protocol"),
+        meta_name(&["endpoint_port_protocol"]),
         port.protocol.as_deref().unwrap_or(""),
     );
-    set(&mut t, format!("{META}endpoint_ready"), ready);
+    set(&mut t, meta_name(&["endpoint_ready"]), ready);
     if let Some(r) = &addr.target_ref {
         set(
             &mut t,
-            format!("{META}endpoint_address_target_kind"),
+            meta_name(&["endpoint_address_target_kind"]),
             r.kind.as_deref().unwrap_or(""),
         );
         set(
             &mut t,
-            format!("{META}endpoint_address_target_name"),
+            meta_name(&["endpoint_address_target_name"]),
             r.name.as_deref().unwrap_or(""),
         );
     }
     if let Some(node) = &addr.node_name {
-        set(&mut t, format!("{META}endpoint_node_name"), node.as_str());
+        set(&mut t, meta_name(&["endpoint_node_name"]), node.as_str());
     }
     if let Some(h) = addr.hostname.as_deref().filter(|h| !h.is_empty()) {
-        set(&mut t, format!("{META}endpoint_hostname"), h);
+        set(&mut t, meta_name(&["endpoint_hostname"]), h);
     }
     if attach.node {
         if let Some(node) = &addr.node_name {

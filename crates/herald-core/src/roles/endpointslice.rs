@@ -6,8 +6,8 @@ use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::api::discovery::v1::{Endpoint, EndpointPort, EndpointSlice};
 
 use crate::labels::{
-    ADDRESS, META, NAMESPACE, add_namespace_labels, add_node_labels, add_object_meta_labels,
-    bool_str, format_port_unsigned, join_host_port, name_of, namespace_of, sanitize_label_name,
+    ADDRESS, NAMESPACE, add_namespace_labels, add_node_labels, add_object_meta_labels, bool_str,
+    format_port_unsigned, join_host_port, meta_name, name_of, namespace_of, sanitize_label_name,
     set,
 };
 use crate::roles::endpoints::resolve_pod_ref;
@@ -54,7 +54,7 @@ pub fn shared_group(
     set(&mut labels, NAMESPACE, namespace);
     set(
         &mut labels,
-        format!("{META}endpointslice_address_type"),
+        meta_name(&["endpointslice_address_type"]),
         es.address_type.as_str(),
     );
     add_object_meta_labels(&mut labels, &es.metadata, "endpointslice");
@@ -125,28 +125,28 @@ fn target(
     if let Some(name) = &port.name {
         set(
             &mut t,
-            format!("{META}endpointslice_port_name"),
+            meta_name(&["endpointslice_port_name"]),
             name.as_str(),
         );
     }
     if let Some(protocol) = &port.protocol {
         set(
             &mut t,
-            format!("{META}endpointslice_port_protocol"),
+            meta_name(&["endpointslice_port_protocol"]),
             protocol.as_str(),
         );
     }
     if let Some(p) = port.port {
         set(
             &mut t,
-            format!("{META}endpointslice_port"),
+            meta_name(&["endpointslice_port"]),
             format_port_unsigned(p),
         );
     }
     if let Some(app) = &port.app_protocol {
         set(
             &mut t,
-            format!("{META}endpointslice_port_app_protocol"),
+            meta_name(&["endpointslice_port_app_protocol"]),
             app.as_str(),
         );
     }
@@ -160,7 +160,7 @@ fn target(
         if let Some(v) = value {
             set(
                 &mut t,
-                format!("{META}endpointslice_endpoint_conditions_{name}"),
+                meta_name(&["endpointslice_endpoint_conditions_", name]),
                 bool_str(v),
             );
         }
@@ -168,33 +168,33 @@ fn target(
     if let Some(h) = &ep.hostname {
         set(
             &mut t,
-            format!("{META}endpointslice_endpoint_hostname"),
+            meta_name(&["endpointslice_endpoint_hostname"]),
             h.as_str(),
         );
     }
     if let Some(r) = &ep.target_ref {
         set(
             &mut t,
-            format!("{META}endpointslice_address_target_kind"),
+            meta_name(&["endpointslice_address_target_kind"]),
             r.kind.as_deref().unwrap_or(""),
         );
         set(
             &mut t,
-            format!("{META}endpointslice_address_target_name"),
+            meta_name(&["endpointslice_address_target_name"]),
             r.name.as_deref().unwrap_or(""),
         );
     }
     if let Some(node) = &ep.node_name {
         set(
             &mut t,
-            format!("{META}endpointslice_endpoint_node_name"),
+            meta_name(&["endpointslice_endpoint_node_name"]),
             node.as_str(),
         );
     }
     if let Some(zone) = &ep.zone {
         set(
             &mut t,
-            format!("{META}endpointslice_endpoint_zone"),
+            meta_name(&["endpointslice_endpoint_zone"]),
             zone.as_str(),
         );
     }
@@ -202,12 +202,12 @@ fn target(
         let ln = sanitize_label_name(k);
         set(
             &mut t,
-            format!("{META}endpointslice_endpoint_topology_{ln}"),
+            meta_name(&["endpointslice_endpoint_topology_", &*ln]),
             v.as_str(),
         );
         set(
             &mut t,
-            format!("{META}endpointslice_endpoint_topology_present_{ln}"),
+            meta_name(&["endpointslice_endpoint_topology_present_", &*ln]),
             "true",
         );
     }

@@ -4,7 +4,7 @@
 use k8s_openapi::api::networking::v1::{Ingress, IngressRule};
 
 use crate::labels::{
-    ADDRESS, META, NAMESPACE, add_namespace_labels, add_object_meta_labels, namespace_of,
+    ADDRESS, NAMESPACE, add_namespace_labels, add_object_meta_labels, meta_name, namespace_of,
     namespaced_source, set,
 };
 use crate::target::{AttachMetadata, LabelSet, Lookup, TargetGroup};
@@ -21,7 +21,7 @@ pub fn group(ing: &Ingress, lookup: &dyn Lookup, attach: AttachMetadata) -> Targ
     let mut labels = LabelSet::new();
     set(&mut labels, NAMESPACE, namespace);
     if let Some(class) = spec.and_then(|s| s.ingress_class_name.as_deref()) {
-        set(&mut labels, format!("{META}ingress_class_name"), class);
+        set(&mut labels, meta_name(&["ingress_class_name"]), class);
     }
     add_object_meta_labels(&mut labels, &ing.metadata, "ingress");
     if attach.namespace {
@@ -50,9 +50,9 @@ pub fn group(ing: &Ingress, lookup: &dyn Lookup, attach: AttachMetadata) -> Targ
         for path in rule_paths(rule) {
             let mut t = LabelSet::new();
             set(&mut t, ADDRESS, host);
-            set(&mut t, format!("{META}ingress_scheme"), scheme);
-            set(&mut t, format!("{META}ingress_host"), host);
-            set(&mut t, format!("{META}ingress_path"), path);
+            set(&mut t, meta_name(&["ingress_scheme"]), scheme);
+            set(&mut t, meta_name(&["ingress_host"]), host);
+            set(&mut t, meta_name(&["ingress_path"]), path);
             tg.targets.push(t);
         }
     }

@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use k8s_openapi::api::core::v1::Node;
 
 use crate::labels::{
-    ADDRESS, META, add_object_meta_labels, join_host_port, name_of, sanitize_label_name, set,
+    ADDRESS, add_object_meta_labels, join_host_port, meta_name, name_of, sanitize_label_name, set,
 };
 use crate::target::{AttachMetadata, LabelSet, Lookup, TargetGroup};
 
@@ -75,7 +75,7 @@ pub fn try_group(
     set(&mut t, "instance", name);
     for (ty, addrs) in &by_type {
         // Only the first address of each type is exported; the whole name is sanitized, type included.
-        let ln = sanitize_label_name(&format!("{META}node_address_{ty}"));
+        let ln = sanitize_label_name(&meta_name(&["node_address_", ty]));
         set(&mut t, ln, addrs[0]);
     }
 
@@ -92,7 +92,7 @@ fn node_labels(node: &Node) -> LabelSet {
     let mut ls = LabelSet::new();
     set(
         &mut ls,
-        format!("{META}node_provider_id"),
+        meta_name(&["node_provider_id"]),
         node.spec
             .as_ref()
             .and_then(|s| s.provider_id.as_deref())
@@ -107,7 +107,7 @@ fn node_labels(node: &Node) -> LabelSet {
         let ty = sanitize_label_name(&c.type_.to_lowercase());
         set(
             &mut ls,
-            format!("{META}node_condition_{ty}"),
+            meta_name(&["node_condition_", &*ty]),
             c.status.to_lowercase(),
         );
     }

@@ -4,11 +4,11 @@
 use k8s_openapi::api::core::v1::{Container, ContainerStatus, Pod};
 
 use crate::labels::{
-    ADDRESS, META, NAMESPACE, add_namespace_labels, add_node_labels, add_object_meta_labels,
-    bool_str, controller_of, format_port_unsigned, join_host_port, namespace_of, namespaced_source,
-    set,
+    ADDRESS, NAMESPACE, add_namespace_labels, add_node_labels, add_object_meta_labels, bool_str,
+    controller_of, format_port_unsigned, join_host_port, meta_name, namespace_of,
+    namespaced_source, set,
 };
-use std::rc::Rc;
+use std::sync::Arc;
 
 use crate::target::{AttachMetadata, LabelSet, Lookup, OwnerMetadata, SharedTarget, TargetGroup};
 
@@ -165,22 +165,22 @@ fn pod_ready(pod: &Pod) -> String {
 pub(crate) fn pod_labels(pod: &Pod, lookup: &dyn Lookup, owners: OwnerMetadata) -> LabelSet {
     let status = pod.status.as_ref();
     let mut ls = LabelSet::new();
-    set(&mut ls, format!("{META}pod_ip"), pod_ip(pod));
-    set(&mut ls, format!("{META}pod_ready"), pod_ready(pod));
+    set(&mut ls, meta_name(&["pod_ip"]), pod_ip(pod));
+    set(&mut ls, meta_name(&["pod_ready"]), pod_ready(pod));
     set(
         &mut ls,
-        format!("{META}pod_phase"),
+        meta_name(&["pod_phase"]),
         status.and_then(|s| s.phase.as_deref()).unwrap_or(""),
     );
-    set(&mut ls, format!("{META}pod_node_name"), node_name(pod));
+    set(&mut ls, meta_name(&["pod_node_name"]), node_name(pod));
     set(
         &mut ls,
-        format!("{META}pod_host_ip"),
+        meta_name(&["pod_host_ip"]),
         status.and_then(|s| s.host_ip.as_deref()).unwrap_or(""),
     );
     set(
         &mut ls,
-        format!("{META}pod_uid"),
+        meta_name(&["pod_uid"]),
         pod.metadata.uid.as_deref().unwrap_or(""),
     );
     add_object_meta_labels(&mut ls, &pod.metadata, "pod");
@@ -191,14 +191,14 @@ pub(crate) fn pod_labels(pod: &Pod, lookup: &dyn Lookup, owners: OwnerMetadata) 
     if !owner.kind.is_empty() {
         set(
             &mut ls,
-            format!("{META}pod_controller_kind"),
+            meta_name(&["pod_controller_kind"]),
             owner.kind.as_str(),
         );
     }
     if !owner.name.is_empty() {
         set(
             &mut ls,
-            format!("{META}pod_controller_name"),
+            meta_name(&["pod_controller_name"]),
             owner.name.as_str(),
         );
     }
@@ -212,14 +212,14 @@ pub(crate) fn pod_labels(pod: &Pod, lookup: &dyn Lookup, owners: OwnerMetadata) 
             if let Some(d) = deployment {
                 set(
                     &mut ls,
-                    format!("{META}pod_deployment_name"),
+                    meta_name(&["pod_deployment_name"]),
                     d.name.as_str(),
                 );
             }
         }
         "Job" => {
             if owners.job {
-                set(&mut ls, format!("{META}pod_job_name"), owner.name.as_str());
+                set(&mut ls, meta_name(&["pod_job_name"]), owner.name.as_str());
             }
             if owners.cronjob {
                 let cronjob = lookup
@@ -227,7 +227,7 @@ pub(crate) fn pod_labels(pod: &Pod, lookup: &dyn Lookup, owners: OwnerMetadata) 
                     .and_then(|j| controller_of(&j.metadata))
                     .filter(|o| o.kind == "CronJob");
                 if let Some(cj) = cronjob {
-                    set(&mut ls, format!("{META}pod_cronjob_name"), cj.name.as_str());
+                    set(&mut ls, meta_name(&["pod_cronjob_name"]), cj.name.as_str());
                 }
             }
         }
@@ -250,7 +250,7 @@ struct Seen<'a> {
     pod: &'a Pod,
     /// Endpoint ports that produced a target for the pod.
     ports: Vec<i32>,
-    labels: Rc<LabelSet>,
+    labels: Arc<LabelSet>,
 }
 
 impl<'a> SeenPods<'a> {
@@ -265,7 +265,7 @@ impl<'a> SeenPods<'a> {
                 self.entries.push(Seen {
                     pod,
                     ports: Vec::new(),
-                    labels: Rc::new(pod_labels(pod, lookup, owners)),
+                    labels: Arc::new(pod_labels(pod, lookup, owners)),
                 });
                 self.entries.len() - 1
             }
@@ -281,7 +281,7 @@ impl<'a> SeenPods<'a> {
         port: Option<i32>,
         lookup: &dyn Lookup,
         owners: OwnerMetadata,
-    ) -> Rc<LabelSet> {
+    ) -> Arc<LabelSet> {
         let seen = self.entry(pod, lookup, owners);
         if let Some(port) = port {
             seen.ports.push(port);

@@ -4,7 +4,7 @@
 use k8s_openapi::api::core::v1::Service;
 
 use crate::labels::{
-    ADDRESS, META, NAMESPACE, add_namespace_labels, add_object_meta_labels, join_host_port,
+    ADDRESS, NAMESPACE, add_namespace_labels, add_object_meta_labels, join_host_port, meta_name,
     name_of, namespace_of, set,
 };
 use crate::target::{AttachMetadata, LabelSet, Lookup, TargetGroup};
@@ -50,33 +50,33 @@ pub fn group(svc: &Service, lookup: &dyn Lookup, attach: AttachMetadata) -> Targ
         );
         set(
             &mut t,
-            format!("{META}service_port_name"),
+            meta_name(&["service_port_name"]),
             port.name.as_deref().unwrap_or(""),
         );
-        set(&mut t, format!("{META}service_port_number"), number);
+        set(&mut t, meta_name(&["service_port_number"]), number);
         set(
             &mut t,
-            format!("{META}service_port_protocol"),
+            meta_name(&["service_port_protocol"]),
             port.protocol.as_deref().unwrap_or(""),
         );
-        set(&mut t, format!("{META}service_type"), svc_type);
+        set(&mut t, meta_name(&["service_type"]), svc_type);
         if svc_type == "ExternalName" {
             set(
                 &mut t,
-                format!("{META}service_external_name"),
+                meta_name(&["service_external_name"]),
                 spec.external_name.as_deref().unwrap_or(""),
             );
         } else {
             set(
                 &mut t,
-                format!("{META}service_cluster_ip"),
+                meta_name(&["service_cluster_ip"]),
                 spec.cluster_ip.as_deref().unwrap_or(""),
             );
         }
         if svc_type == "LoadBalancer" {
             set(
                 &mut t,
-                format!("{META}service_loadbalancer_ip"),
+                meta_name(&["service_loadbalancer_ip"]),
                 load_balancer_ips(svc),
             );
         }

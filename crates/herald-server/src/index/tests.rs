@@ -119,10 +119,7 @@ fn a_pod_job_has_one_group_per_pod_built_by_herald_core() {
     assert_eq!(cut.generation, 1);
     let Object::Pod(pod) = &p else { unreachable!() };
     let expected = herald_core::pod_group(pod, &herald_core::NoLookup, NONE);
-    assert_eq!(
-        *cut.groups[0],
-        Group::of(&expected, &mut Interner::default())
-    );
+    assert_eq!(*cut.groups[0], Group::of(&expected, &Interner::default()));
     assert_eq!(index.targets(0), 1);
 }
 
@@ -387,4 +384,74 @@ fn dependents_hold_each_group_once_past_the_few_and_empty_out() {
     for (i, k) in keys.iter().enumerate() {
         assert_eq!(d.remove(0, k), i == keys.len() - 1);
     }
+}
+
+#[test]
+fn a_large_relist_built_by_worker_threads_equals_the_same_objects_applied_one_by_one() {
+    // Enough objects that `rebuild` hands the work to worker threads (`build_workers`), with
+    // dependencies across chunks: every Endpoints object reads pods of its own and of its neighbour.
+    const PODS: usize = 6 * BUILD_CHUNK;
+    let specs = || {
+        vec![
+            job("pods", Role::Pod, NONE, &[]),
+            job("endpoints", Role::Endpoints, NONE, &[]),
+            job("in-b", Role::Pod, NONE, &["b"]),
+        ]
+    };
+    let ns = |i: usize| if i.is_multiple_of(3) { "b" } else { "a" };
+    let pods: Vec<Object> = (0..PODS)
+        .map(|i| {
+            let ip = format!("127.16.{}.{}", i / 250, i % 250 + 1);
+            mk_pod(
+                ns(i),
+                &format!("web-{i:05}"),
+                &ip,
+                &format!("app-{}", i % 7),
+                "node-a",
+            )
+        })
+        .collect();
+    let endpoints: Vec<Object> = (0..PODS / 4)
+        .map(|e| {
+            let members: Vec<(String, String)> = (0..6)
+                .map(|k| (4 * e + k) % PODS)
+                .filter(|&i| ns(i) == ns(4 * e))
+                .map(|i| {
+                    (
+                        format!("web-{i:05}"),
+                        format!("127.16.{}.{}", i / 250, i % 250 + 1),
+                    )
+                })
+                .collect();
+            let refs: Vec<(&str, &str)> = members
+                .iter()
+                .map(|(p, ip)| (p.as_str(), ip.as_str()))
+                .collect();
+            mk_endpoints(ns(4 * e), &format!("svc-{e:05}"), &refs)
+        })
+        .collect();
+    assert!(build_workers(PODS) > 0, "the relist takes the worker path");
+
+    let mut bulk = Index::new(specs());
+    bulk.expect_lists([WatchKind::Pod, WatchKind::Endpoints]);
+    bulk.reset(WatchKind::Endpoints, endpoints.clone(), &[]);
+    let changed = bulk.reset(WatchKind::Pod, pods.clone(), &[]);
+    assert_eq!(changed, Changed::from([0, 1, 2]));
+
+    let mut single = Index::new(specs());
+    for o in endpoints.into_iter().chain(pods) {
+        single.apply(o);
+    }
+    for j in 0..3 {
+        assert!(bulk.targets(j) > 0, "job {j} has targets");
+        assert_eq!(bulk.targets(j), single.targets(j), "job {j}");
+        assert_eq!(labels_of(&bulk, j), labels_of(&single, j), "job {j}");
+    }
+    assert_eq!(bulk.targets(0), PODS);
+    // A change to one pod reaches the Endpoints group built from it on a worker thread.
+    let moved = mk_pod("a", "web-00001", "127.16.9.9", "app-1", "node-a");
+    let changed = bulk.apply(moved.clone());
+    single.apply(moved);
+    assert_eq!(changed, Changed::from([0, 1]));
+    assert_eq!(labels_of(&bulk, 1), labels_of(&single, 1));
 }
