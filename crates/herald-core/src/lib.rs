@@ -39,6 +39,11 @@ pub fn pod_group(pod: &Pod, lookup: &dyn Lookup, attach: AttachMetadata) -> Targ
     roles::pod::group(pod, lookup, attach)
 }
 
+/// `role: pod`, the pod's labels shared by its targets — see [`roles::pod::shared_group_with_owners`].
+pub fn pod_shared_group(pod: &Pod, lookup: &dyn Lookup, attach: AttachMetadata) -> SharedGroup {
+    roles::pod::shared_group_with_owners(pod, lookup, attach, OwnerMetadata::default())
+}
+
 /// `role: service` — see [`roles::service::group`].
 pub fn service_group(svc: &Service, lookup: &dyn Lookup, attach: AttachMetadata) -> TargetGroup {
     roles::service::group(svc, lookup, attach)

@@ -110,6 +110,17 @@ pub struct AttachMetadata {
 /// (the endpoints roles read Pods, Services and Nodes; attach_metadata reads Nodes and Namespaces).
 pub trait Lookup {
     fn pod(&self, namespace: &str, name: &str) -> Option<&Pod>;
+    /// `podLabels` of `pod`, which `build` computes from the pod alone (no lookups). A lookup that
+    /// holds its pods for a while may keep what `build` returned and hand the same labels to every
+    /// group built from that pod — the pod role's group and each endpoint target resolving to it — so
+    /// they are built, and can be interned, once. Defaults to building them each time.
+    fn memo_pod_labels(
+        &self,
+        _pod: &Pod,
+        build: &dyn Fn() -> LabelSet,
+    ) -> std::sync::Arc<LabelSet> {
+        std::sync::Arc::new(build())
+    }
     fn service(&self, namespace: &str, name: &str) -> Option<&Service>;
     fn node(&self, name: &str) -> Option<&Node>;
     fn namespace(&self, name: &str) -> Option<&Namespace>;

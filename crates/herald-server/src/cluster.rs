@@ -3,11 +3,11 @@
 //! dependency-recording).
 
 use std::cell::RefCell;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 use bytes::Bytes;
-use herald_core::{AttachMetadata, Lookup, Role, slim};
+use herald_core::{AttachMetadata, LabelSet, Lookup, Role, slim};
 use k8s_openapi::api::core::v1::{Endpoints, Namespace, Node, Pod, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::api::networking::v1::Ingress;
@@ -556,6 +556,9 @@ impl Cluster {
 pub struct Decoded<'c> {
     cluster: &'c Cluster,
     objects: elsa::FrozenMap<(WatchKind, ObjectKey), Box<Option<Object>>>,
+    /// Each decoded pod's `podLabels`, by the pod's address (stable and unique while this lives:
+    /// every pod role code sees comes out of `objects`), shared by the groups built from the pod.
+    pod_labels: RefCell<HashMap<usize, Arc<LabelSet>>>,
 }
 
 impl<'c> Decoded<'c> {
@@ -563,6 +566,7 @@ impl<'c> Decoded<'c> {
         Decoded {
             cluster,
             objects: elsa::FrozenMap::new(),
+            pod_labels: RefCell::new(HashMap::new()),
         }
     }
 
@@ -662,6 +666,19 @@ impl Lookup for JobLookup<'_> {
             Object::Pod(p) => Some(p),
             _ => None,
         }
+    }
+
+    fn memo_pod_labels(&self, pod: &Pod, build: &dyn Fn() -> LabelSet) -> Arc<LabelSet> {
+        let at = std::ptr::from_ref(pod) as usize;
+        if let Some(labels) = self.decoded.pod_labels.borrow().get(&at) {
+            return labels.clone();
+        }
+        let labels = Arc::new(build());
+        self.decoded
+            .pod_labels
+            .borrow_mut()
+            .insert(at, labels.clone());
+        labels
     }
 
     fn service(&self, namespace: &str, name: &str) -> Option<&Service> {

@@ -255,6 +255,14 @@ impl Interner {
 /// A label set's blocks by family (`None` where it has no label of that family).
 type Families = [Option<Block>; FAMILIES];
 
+/// Pods' interned blocks by the address of their shared labels (`SharedTarget::pod`), kept across
+/// the groups one build worker makes from a chunk of work: a pod's labels come once with the pod
+/// role's group and once with each slice listing the pod, as the same `Arc` each time
+/// (`Lookup::memo_pod_labels`), and are interned once. Each entry holds its labels, so an address is
+/// not reused while it is here.
+#[derive(Debug, Default)]
+pub struct PodBlocks(std::collections::HashMap<usize, (Arc<LabelSet>, Families)>);
+
 /// One target: its address and its own labels.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Target {
@@ -292,9 +300,12 @@ impl Group {
     /// interned once, not once per target (a pod behind a slice is a target per port, and one per
     /// container port the slice does not list). Equal to `Group::of(&group.flatten())`.
     pub fn of_shared(group: &SharedGroup, interner: &Interner) -> Group {
+        Group::of_shared_with(group, interner, &mut PodBlocks::default())
+    }
+
+    /// `of_shared`, with the blocks of pods met in earlier groups taken from `pods`.
+    pub fn of_shared_with(group: &SharedGroup, interner: &Interner, pods: &mut PodBlocks) -> Group {
         let labels = interner.blocks(&group.labels, None);
-        // The pods of one group, by the address of their shared labels: a handful, so a vector.
-        let mut pods: Vec<(*const LabelSet, Families)> = Vec::new();
         let targets = group
             .targets
             .iter()
@@ -302,15 +313,14 @@ impl Group {
                 let address = interner.sym(t.own.get(ADDRESS)?);
                 let mut families = interner.family_blocks(&t.own, Some(ADDRESS));
                 if let Some(pod) = &t.pod {
-                    let at = Arc::as_ptr(pod);
-                    let blocks = match pods.iter().find(|(p, _)| *p == at) {
-                        Some((_, b)) => b.clone(),
-                        None => {
-                            let b = interner.family_blocks(pod, Some(ADDRESS));
-                            pods.push((at, b.clone()));
-                            b
-                        }
-                    };
+                    let blocks = pods
+                        .0
+                        .entry(Arc::as_ptr(pod) as usize)
+                        .or_insert_with(|| {
+                            (pod.clone(), interner.family_blocks(pod, Some(ADDRESS)))
+                        })
+                        .1
+                        .clone();
                     for (mine, theirs) in families.iter_mut().zip(blocks) {
                         *mine = match (mine.take(), theirs) {
                             (Some(a), Some(b)) => Some(interner.merge(&a, &b)),

@@ -12,7 +12,7 @@ use herald_core::{Role, SharedGroup, TargetGroup};
 use crate::cluster::{
     Cluster, Decoded, Dependency, JobLookup, Object, ObjectKey, StoredObject, WatchKind,
 };
-use crate::compact::{Group, Interner};
+use crate::compact::{Group, Interner, PodBlocks};
 use crate::filter::JobSpec;
 
 /// Which jobs an index operation changed (by position in the job list).
@@ -365,6 +365,7 @@ fn build_chunk(
     chunk: &[(ObjectKey, usize)],
 ) -> Vec<Built> {
     let decoded = Decoded::new(cluster);
+    let mut pods = PodBlocks::default();
     chunk
         .iter()
         .map(|(key, j)| {
@@ -378,7 +379,7 @@ fn build_chunk(
                     let lookup = JobLookup::new(&decoded, &spec.filter);
                     let group = match core_group(spec, obj, &lookup) {
                         CoreGroup::Plain(g) => Group::of(&g, interner),
-                        CoreGroup::Shared(g) => Group::of_shared(&g, interner),
+                        CoreGroup::Shared(g) => Group::of_shared_with(&g, interner, &mut pods),
                     };
                     (group, lookup.into_dependencies())
                 });
@@ -441,7 +442,9 @@ fn store_group(
 fn core_group(spec: &JobSpec, obj: &Object, lookup: &JobLookup<'_>) -> CoreGroup {
     let attach = spec.attach;
     match (spec.role, obj) {
-        (Role::Pod, Object::Pod(o)) => CoreGroup::Plain(herald_core::pod_group(o, lookup, attach)),
+        (Role::Pod, Object::Pod(o)) => {
+            CoreGroup::Shared(herald_core::pod_shared_group(o, lookup, attach))
+        }
         (Role::Service, Object::Service(o)) => {
             CoreGroup::Plain(herald_core::service_group(o, lookup, attach))
         }

@@ -10,7 +10,9 @@ use crate::labels::{
 };
 use std::sync::Arc;
 
-use crate::target::{AttachMetadata, LabelSet, Lookup, OwnerMetadata, SharedTarget, TargetGroup};
+use crate::target::{
+    AttachMetadata, LabelSet, Lookup, OwnerMetadata, SharedGroup, SharedTarget, TargetGroup,
+};
 
 pub(crate) const CONTAINER_NAME: &str = "__meta_kubernetes_pod_container_name";
 pub(crate) const CONTAINER_ID: &str = "__meta_kubernetes_pod_container_id";
@@ -40,20 +42,53 @@ pub fn group_with_owners(
     attach: AttachMetadata,
     owners: OwnerMetadata,
 ) -> TargetGroup {
-    let mut tg = TargetGroup {
+    let (shared, pod_labels) = build(pod, lookup, attach, owners);
+    let mut labels = shared.labels;
+    if let Some(pod_labels) = pod_labels {
+        // The pod's labels and the group's others never share a name.
+        labels.extend(pod_labels.iter().map(|(k, v)| (k.clone(), v.clone())));
+    }
+    TargetGroup {
+        source: shared.source,
+        targets: shared.targets.into_iter().map(|t| t.own).collect(),
+        labels,
+    }
+}
+
+/// The pod's target group with the pod's labels (`podLabels`) shared by its targets instead of set
+/// on the group: what Prometheus serves is the same (each target carries its group's labels), and
+/// the pod's labels are the very ones the endpoints roles give the pod's endpoint targets, so a
+/// store can build and intern them once for both ([`Lookup::memo_pod_labels`]).
+pub fn shared_group_with_owners(
+    pod: &Pod,
+    lookup: &dyn Lookup,
+    attach: AttachMetadata,
+    owners: OwnerMetadata,
+) -> SharedGroup {
+    build(pod, lookup, attach, owners).0
+}
+
+/// The shared group and the pod's labels (which a group without targets still has).
+fn build(
+    pod: &Pod,
+    lookup: &dyn Lookup,
+    attach: AttachMetadata,
+    owners: OwnerMetadata,
+) -> (SharedGroup, Option<Arc<LabelSet>>) {
+    let mut tg = SharedGroup {
         source: namespaced_source("pod", &pod.metadata),
-        ..TargetGroup::default()
+        ..SharedGroup::default()
     };
     let pod_ip = pod_ip(pod);
     if pod_ip.is_empty() {
-        return tg;
+        return (tg, None);
     }
     let node_name = node_name(pod);
     if attach.node && lookup.node(node_name).is_none() {
-        return tg;
+        return (tg, None);
     }
 
-    tg.labels = pod_labels(pod, lookup, owners);
+    let pod_labels = shared_pod_labels(pod, lookup, owners);
     let namespace = namespace_of(&pod.metadata);
     set(&mut tg.labels, NAMESPACE, namespace);
     if attach.node {
@@ -62,7 +97,10 @@ pub fn group_with_owners(
     if attach.namespace {
         add_namespace_labels(&mut tg.labels, lookup, namespace);
     }
-
+    let target = |own: LabelSet| SharedTarget {
+        own,
+        pod: Some(pod_labels.clone()),
+    };
     let status = pod.status.as_ref();
     for (c, is_init) in containers(pod) {
         let statuses = status.and_then(|s| {
@@ -83,7 +121,7 @@ pub fn group_with_owners(
             set(&mut t, CONTAINER_ID, id);
             set(&mut t, CONTAINER_IMAGE, c.image.as_deref().unwrap_or(""));
             set(&mut t, CONTAINER_INIT, bool_str(is_init));
-            tg.targets.push(t);
+            tg.targets.push(target(t));
             continue;
         }
         for port in ports {
@@ -105,10 +143,10 @@ pub fn group_with_owners(
                 port.protocol.as_deref().unwrap_or(""),
             );
             set(&mut t, CONTAINER_INIT, bool_str(is_init));
-            tg.targets.push(t);
+            tg.targets.push(target(t));
         }
     }
-    tg
+    (tg, Some(pod_labels))
 }
 
 /// `status.podIP`, empty while unset.
@@ -158,6 +196,16 @@ fn pod_ready(pod: &Pod) -> String {
         .find(|c| c.type_ == "Ready")
         .map(|c| c.status.to_lowercase())
         .unwrap_or_else(|| "unknown".to_owned())
+}
+
+/// `podLabels`, shared: kept by the lookup (`Lookup::memo_pod_labels`) when they read nothing but the
+/// pod, which they do unless pod-owner metadata sends them looking up ReplicaSets and Jobs.
+fn shared_pod_labels(pod: &Pod, lookup: &dyn Lookup, owners: OwnerMetadata) -> Arc<LabelSet> {
+    if owners == OwnerMetadata::default() {
+        lookup.memo_pod_labels(pod, &|| pod_labels(pod, lookup, owners))
+    } else {
+        Arc::new(pod_labels(pod, lookup, owners))
+    }
 }
 
 /// `podLabels`: the pod-level labels the pod role puts on the group and the endpoints roles put on
@@ -265,7 +313,7 @@ impl<'a> SeenPods<'a> {
                 self.entries.push(Seen {
                     pod,
                     ports: Vec::new(),
-                    labels: Arc::new(pod_labels(pod, lookup, owners)),
+                    labels: shared_pod_labels(pod, lookup, owners),
                 });
                 self.entries.len() - 1
             }

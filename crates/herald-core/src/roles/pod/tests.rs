@@ -668,3 +668,92 @@ fn ipv6_pod_addresses_are_bracketed() {
     assert_eq!(g.targets[0]["__address__"], "[2001:db8::1]:9000");
     assert_eq!(g.labels["__meta_kubernetes_pod_ip"], "2001:db8::1");
 }
+
+/// A lookup that keeps each pod's labels, as herald's index does while it builds a chunk of groups.
+struct Memo(
+    std::cell::RefCell<Vec<(usize, std::sync::Arc<LabelSet>)>>,
+    std::cell::Cell<usize>,
+);
+
+impl crate::target::Lookup for Memo {
+    fn pod(&self, _: &str, _: &str) -> Option<&Pod> {
+        None
+    }
+    fn service(&self, _: &str, _: &str) -> Option<&k8s_openapi::api::core::v1::Service> {
+        None
+    }
+    fn node(&self, _: &str) -> Option<&k8s_openapi::api::core::v1::Node> {
+        None
+    }
+    fn namespace(&self, _: &str) -> Option<&k8s_openapi::api::core::v1::Namespace> {
+        None
+    }
+    fn memo_pod_labels(&self, pod: &Pod, build: &dyn Fn() -> LabelSet) -> std::sync::Arc<LabelSet> {
+        let at = std::ptr::from_ref(pod) as usize;
+        let mut memo = self.0.borrow_mut();
+        if let Some((_, l)) = memo.iter().find(|(p, _)| *p == at) {
+            return l.clone();
+        }
+        self.1.set(self.1.get() + 1);
+        let l = std::sync::Arc::new(build());
+        memo.push((at, l.clone()));
+        l
+    }
+}
+
+#[test]
+fn the_shared_pod_group_serves_the_same_targets_and_builds_the_pod_labels_once_per_memo() {
+    let pod = mk_multi_port_pod();
+    let memo = Memo(Default::default(), Default::default());
+    let shared = super::shared_group_with_owners(
+        &pod,
+        &memo,
+        AttachMetadata::default(),
+        OwnerMetadata::default(),
+    );
+    let plain = group(&pod, &NoLookup, AttachMetadata::default());
+    // Every target carries the group's labels and the pod's: the same label sets as the plain group.
+    let served = |labels: &LabelSet, targets: Vec<LabelSet>| -> Vec<LabelSet> {
+        targets
+            .into_iter()
+            .map(|t| {
+                let mut all = labels.clone();
+                all.extend(t);
+                all
+            })
+            .collect()
+    };
+    let flat = shared.clone().flatten();
+    assert_eq!(
+        served(&flat.labels, flat.targets),
+        served(&plain.labels, plain.targets)
+    );
+    assert!(shared.targets.len() > 1);
+    let first = shared.targets[0].pod.clone().expect("pod labels");
+    assert!(
+        shared.targets.iter().all(|t| t
+            .pod
+            .as_ref()
+            .is_some_and(|p| std::sync::Arc::ptr_eq(p, &first))),
+        "one pod label set for every target"
+    );
+    // Built again from the same pod through the same memo: the same labels, not rebuilt.
+    let again = super::shared_group_with_owners(
+        &pod,
+        &memo,
+        AttachMetadata::default(),
+        OwnerMetadata::default(),
+    );
+    assert!(std::sync::Arc::ptr_eq(
+        again.targets[0].pod.as_ref().expect("pod labels"),
+        &first
+    ));
+    assert_eq!(memo.1.get(), 1, "podLabels built once");
+    // With pod-owner metadata the labels read other objects, so the memo is not used.
+    let owners = OwnerMetadata {
+        deployment: true,
+        ..OwnerMetadata::default()
+    };
+    super::shared_group_with_owners(&pod, &memo, AttachMetadata::default(), owners);
+    assert_eq!(memo.1.get(), 1);
+}
