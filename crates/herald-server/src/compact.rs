@@ -266,8 +266,55 @@ pub struct PodBlocks(std::collections::HashMap<usize, (Arc<LabelSet>, Families)>
 /// One target: its address and its own labels.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Target {
-    pub address: Sym,
+    address: Address,
     blocks: Box<[Block]>,
+}
+
+impl Target {
+    /// `__address__`, written into `buf`.
+    pub fn address<'b>(&self, buf: &'b mut String) -> &'b str {
+        buf.clear();
+        buf.push_str(&self.address.host);
+        if let Some(port) = self.address.port {
+            buf.push(':');
+            buf.push_str(itoa::Buffer::new().format(port));
+        }
+        buf
+    }
+}
+
+/// `__address__` as its host and port. NB: most addresses are a pod IP (interned anyway, as a label
+/// value) and a port; the joined string would be one more interned string per target (~30 MB at
+/// `k8s-limits`). Only a port in canonical decimal is split off, so the bytes written back are the
+/// bytes given, whatever the address means (`fd00::1` is kept as host `fd00:` and port 1).
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Address {
+    host: Sym,
+    port: Option<u16>,
+}
+
+impl Address {
+    fn of(address: &str, interner: &Interner) -> Address {
+        let split = address.rsplit_once(':').and_then(|(host, port)| {
+            let canonical = !port.is_empty()
+                && port.bytes().all(|b| b.is_ascii_digit())
+                && (port == "0" || !port.starts_with('0'));
+            canonical
+                .then(|| port.parse::<u16>().ok())
+                .flatten()
+                .map(|port| (host, port))
+        });
+        match split {
+            Some((host, port)) => Address {
+                host: interner.sym(host),
+                port: Some(port),
+            },
+            None => Address {
+                host: interner.sym(address),
+                port: None,
+            },
+        }
+    }
 }
 
 /// One object's target group.
@@ -286,7 +333,7 @@ impl Group {
             .targets
             .iter()
             .filter_map(|t| {
-                let address = interner.sym(t.get(ADDRESS)?);
+                let address = Address::of(t.get(ADDRESS)?, interner);
                 Some(Target {
                     address,
                     blocks: interner.blocks(t, Some(ADDRESS)),
@@ -310,7 +357,7 @@ impl Group {
             .targets
             .iter()
             .filter_map(|t| {
-                let address = interner.sym(t.own.get(ADDRESS)?);
+                let address = Address::of(t.own.get(ADDRESS)?, interner);
                 let mut families = interner.family_blocks(&t.own, Some(ADDRESS));
                 if let Some(pod) = &t.pod {
                     let blocks = pods
@@ -365,7 +412,7 @@ impl Group {
         // the one written.
         scratch.sort_unstable_by(|a, b| a.0.cmp(b.0).then(a.2.cmp(&b.2)));
         out.extend_from_slice(br#"{"targets":["#);
-        write_str(out, &target.address);
+        write_address(out, &target.address);
         out.extend_from_slice(br#"],"labels":{"#);
         let mut first = true;
         for (i, (k, v, _)) in scratch.iter().enumerate() {
@@ -382,6 +429,18 @@ impl Group {
         }
         out.extend_from_slice(b"}}");
     }
+}
+
+/// An address as a JSON string: its host, escaped as any string, and its port.
+fn write_address(out: &mut Vec<u8>, address: &Address) {
+    let Some(port) = address.port else {
+        return write_str(out, &address.host);
+    };
+    write_str(out, &address.host);
+    out.pop(); // the closing quote: the port goes inside the string
+    out.push(b':');
+    out.extend_from_slice(itoa::Buffer::new().format(port).as_bytes());
+    out.push(b'"');
 }
 
 /// A JSON string. NB: most label names and values need no escaping, so they are copied as they are;
@@ -526,7 +585,49 @@ mod tests {
             assert!(Arc::ptr_eq(&in_pod_job.0, &in_slice.0), "{key}");
             assert_eq!(hash_of(in_pod_job), hash_of(in_slice));
         }
-        assert!(Arc::ptr_eq(&a.targets[0].address, &b.targets[0].address));
+        assert!(Arc::ptr_eq(
+            &a.targets[0].address.host,
+            &b.targets[0].address.host
+        ));
+    }
+
+    #[test]
+    fn addresses_are_written_back_byte_for_byte_whatever_their_shape() {
+        let interner = Interner::default();
+        for address in [
+            "127.16.0.1:8080",
+            "[fd00::1]:9090",
+            "fd00::1",
+            "127.16.0.1",
+            "web.example:0",
+            "host:080",
+            "host:",
+            "host:65536",
+            "host:12a",
+            ":9",
+            "we\"ird:1",
+            "",
+        ] {
+            let a = Address::of(address, &interner);
+            let mut out = Vec::new();
+            write_address(&mut out, &a);
+            assert_eq!(
+                out,
+                serde_json::to_vec(address).expect("json"),
+                "{address:?}"
+            );
+            let t = Target {
+                address: a,
+                blocks: Box::new([]),
+            };
+            assert_eq!(t.address(&mut String::new()), address);
+        }
+        let a = Address::of("127.16.0.1:8080", &interner);
+        assert_eq!(a.port, Some(8080));
+        assert!(
+            Arc::ptr_eq(&a.host, &interner.sym("127.16.0.1")),
+            "the host is the interned IP"
+        );
     }
 
     #[test]

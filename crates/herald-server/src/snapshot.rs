@@ -71,6 +71,7 @@ impl Encoded {
         json.push(b'[');
         let mut targets = 0;
         let mut scratch = Vec::new();
+        let mut address = String::new();
         let mut spans = Vec::with_capacity(groups.len());
         for group in groups {
             let before = targets;
@@ -85,7 +86,7 @@ impl Encoded {
                 }
             } else {
                 for target in group.iter() {
-                    if shard.is_some_and(|s| !s.holds(&target.address)) {
+                    if shard.is_some_and(|s| !s.holds(target.address(&mut address))) {
                         continue;
                     }
                     if targets > 0 {

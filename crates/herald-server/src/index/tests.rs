@@ -95,7 +95,7 @@ fn labels_of(index: &Index, j: usize) -> Vec<LabelSetPair> {
                     g.write_entry(t, &mut json, &mut scratch);
                     let v: serde_json::Value = serde_json::from_slice(&json).expect("json entry");
                     let labels = serde_json::from_value(v["labels"].clone()).expect("labels");
-                    (t.address.to_string(), labels)
+                    (t.address(&mut String::new()).to_string(), labels)
                 })
                 .collect::<Vec<_>>()
         })
