@@ -20,11 +20,8 @@ pub use query::{QueryError, SdQuery, parse_duration};
 
 /// The whole HTTP surface over `shared`.
 pub fn app(shared: Arc<Shared>) -> Router {
-    let sd = Router::new().route("/sd/v1/{job}", get(sd::job)).layer(
-        axum::middleware::from_fn_with_state(shared.clone(), crate::status::record_consumer),
-    );
     Router::new()
-        .merge(sd)
+        .route("/sd/v1/{job}", get(sd::job))
         .route("/", get(status::page))
         .route("/status.json", get(status::json))
         .route("/sd/v1", get(sd::list_jobs))

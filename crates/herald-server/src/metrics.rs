@@ -28,12 +28,13 @@ pub struct JobLabels {
 
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct CodeLabels {
-    pub code: String,
+    /// The HTTP status code (a number, so counting a request allocates nothing).
+    pub code: u16,
 }
 
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct EncodingLabels {
-    pub encoding: String,
+    pub encoding: &'static str,
 }
 
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]

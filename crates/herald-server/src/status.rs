@@ -13,7 +13,7 @@ use serde::Serialize;
 use crate::metrics::Metrics;
 use crate::state::Shared;
 
-pub use consumers::{CONSUMER_WINDOW, Consumers, record_consumer};
+pub use consumers::{CONSUMER_WINDOW, Consumers};
 pub use recent::{RECENT_CAPACITY, RecentWarning, RecentWarnings, recent_warnings};
 
 /// The whole status.
@@ -116,7 +116,7 @@ impl Status {
                 let (generation, targets, groups) = shared.job_counts(j);
                 let mut shards: Vec<String> = recent
                     .iter()
-                    .filter(|c| c.job == h.name)
+                    .filter(|c| c.job == j)
                     .filter_map(|c| c.shard.map(|s| format!("{}/{}", s.index, s.count)))
                     .collect();
                 shards.sort();
@@ -145,11 +145,7 @@ impl Status {
             .sum();
         let per_sd_client: u64 = recent
             .iter()
-            .map(|c| {
-                shared
-                    .job(&c.job)
-                    .map_or(0, |j| shared.jobs()[j].kinds.len() as u64)
-            })
+            .map(|c| shared.jobs().get(c.job).map_or(0, |h| h.kinds.len() as u64))
             .sum();
         let direct_watches = per_sd_client + kube_watches_open.max(0) as u64;
         let upstream_watches = upstream.len();
@@ -190,11 +186,11 @@ mod tests {
             .collect();
         let shared = Shared::new(specs);
         let ip = "127.0.0.9".parse().expect("ip");
-        shared.consumers.record(Some(ip), "pods", None);
-        shared.consumers.record(Some(ip), "pods", None);
+        shared.consumers.record(Some(ip), 0, None);
+        shared.consumers.record(Some(ip), 0, None);
         shared.consumers.record(
             Some(ip),
-            "eps",
+            1,
             Some(crate::snapshot::Shard { index: 1, count: 4 }),
         );
         let s = Status::collect(&shared);

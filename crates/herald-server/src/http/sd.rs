@@ -1,11 +1,14 @@
 //! `GET /sd/v1/{job}`: Prometheus HTTP SD (<https://prometheus.io/docs/prometheus/latest/http_sd/>) with
 //! ETags, conditional requests and long-polls; `GET /sd/v1`: the job list.
 
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
+use axum::Extension;
 use axum::Json;
+use axum::extract::connect_info::ConnectInfo;
 use axum::extract::{Path, RawQuery, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
@@ -14,7 +17,7 @@ use tokio::time::Instant;
 use super::ApiError;
 use super::query::SdQuery;
 use crate::metrics::{CodeLabels, EncodingLabels};
-use crate::snapshot::Encoded;
+use crate::snapshot::{Encoded, Shard};
 use crate::state::Shared;
 
 /// Prometheus's http_sd sends its refresh interval in this header
@@ -47,17 +50,25 @@ pub async fn job(
     State(shared): State<Arc<Shared>>,
     Path(name): Path<String>,
     RawQuery(raw): RawQuery,
+    peer: Option<Extension<ConnectInfo<SocketAddr>>>,
     headers: HeaderMap,
 ) -> Response {
     let res = match serve_job(&shared, &name, raw.as_deref(), &headers).await {
-        Ok(res) => res,
+        Ok((res, j, shard)) => {
+            // Recorded here rather than in a middleware: this path serves every 304, and a layer
+            // would parse the query a second time and box the handler's future.
+            shared
+                .consumers
+                .record(peer.map(|Extension(ConnectInfo(a))| a.ip()), j, shard);
+            res
+        }
         Err(e) => e.into_response(),
     };
     shared
         .metrics
         .sd_requests
         .get_or_create(&CodeLabels {
-            code: res.status().as_str().to_string(),
+            code: res.status().as_u16(),
         })
         .inc();
     res
@@ -68,7 +79,7 @@ async fn serve_job(
     name: &str,
     raw: Option<&str>,
     headers: &HeaderMap,
-) -> Result<Response, ApiError> {
+) -> Result<(Response, usize, Option<Shard>), ApiError> {
     let j = shared
         .job(name)
         .ok_or_else(|| ApiError::NotFound(format!("unknown job {name:?}")))?;
@@ -80,15 +91,17 @@ async fn serve_job(
     }
     let if_none_match = headers
         .get(header::IF_NONE_MATCH)
-        .and_then(|v| v.to_str().ok())
-        .map(str::to_string);
+        .and_then(|v| v.to_str().ok());
 
-    // Subscribe before reading, so a change between the read and the wait is not missed.
-    let mut changes = shared.subscribe(j);
-    changes.borrow_and_update();
+    // A long-poll subscribes before reading, so a change between the read and the wait is not missed.
+    let mut changes = query.wait.map(|_| {
+        let mut rx = shared.subscribe(j);
+        rx.borrow_and_update();
+        rx
+    });
     let mut encoded = shared.encoded(j, query.shard);
 
-    if let (Some(wait), Some(inm)) = (query.wait, if_none_match.as_deref())
+    if let (Some(wait), Some(inm), Some(changes)) = (query.wait, if_none_match, changes.as_mut())
         && etag_matches(inm, &encoded.etag)
     {
         let deadline = Instant::now() + cap_wait(wait, headers);
@@ -112,13 +125,8 @@ async fn serve_job(
 
     shared.served.fetch_add(1, Ordering::Relaxed);
     let stale = shared.job_stale(j);
-    Ok(respond(
-        shared,
-        &encoded,
-        if_none_match.as_deref(),
-        headers,
-        stale,
-    ))
+    let res = respond(shared, &encoded, if_none_match, headers, stale);
+    Ok((res, j, query.shard))
 }
 
 /// Decrements the waiting-long-polls gauge however the wait ends (including a dropped connection).
@@ -147,7 +155,9 @@ fn cap_wait(wait: Duration, headers: &HeaderMap) -> Duration {
 
 /// RFC 9110 `If-None-Match`: `*`, or a list of entity tags compared weakly.
 fn etag_matches(if_none_match: &str, etag: &str) -> bool {
-    let strip = |t: &str| t.trim().trim_start_matches("W/").to_string();
+    fn strip(t: &str) -> &str {
+        t.trim().trim_start_matches("W/")
+    }
     let ours = strip(etag);
     if_none_match
         .split(',')
@@ -215,13 +225,11 @@ fn respond(
     res
 }
 
-fn count_bytes(shared: &Shared, encoding: &str, n: usize) {
+fn count_bytes(shared: &Shared, encoding: &'static str, n: usize) {
     shared
         .metrics
         .sd_bytes
-        .get_or_create(&EncodingLabels {
-            encoding: encoding.to_string(),
-        })
+        .get_or_create(&EncodingLabels { encoding })
         .inc_by(n as u64);
 }
 

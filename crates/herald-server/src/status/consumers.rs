@@ -2,18 +2,11 @@
 //! `CONSUMER_WINDOW`, bounded so a scan of random job names cannot grow it without limit.
 
 use std::collections::HashMap;
-use std::net::{IpAddr, SocketAddr};
-use std::sync::{Arc, Mutex};
+use std::net::IpAddr;
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use axum::extract::connect_info::ConnectInfo;
-use axum::extract::{Request, State};
-use axum::middleware::Next;
-use axum::response::Response;
-
-use crate::http::SdQuery;
 use crate::snapshot::Shard;
-use crate::state::Shared;
 
 /// How long a consumer counts as current after its last request.
 pub const CONSUMER_WINDOW: Duration = Duration::from_secs(300);
@@ -21,7 +14,9 @@ pub const CONSUMER_WINDOW: Duration = Duration::from_secs(300);
 /// Entries kept at most; past it the oldest are forgotten first.
 const MAX_CONSUMERS: usize = 10_000;
 
-type Key = (Option<IpAddr>, String, Option<(u64, u64)>);
+/// (client address, job index, shard): plain values, so recording a repeat fetch allocates nothing —
+/// it runs on every SD request, 304s included.
+type Key = (Option<IpAddr>, usize, Option<(u64, u64)>);
 
 /// Recent SD consumers.
 #[derive(Debug, Default)]
@@ -33,32 +28,31 @@ pub struct Consumers {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Consumer {
     pub addr: Option<IpAddr>,
-    pub job: String,
+    /// Index of the job in `Shared::jobs`.
+    pub job: usize,
     pub shard: Option<Shard>,
 }
 
 impl Consumers {
-    /// `addr` fetched `job` (one shard of it).
-    pub fn record(&self, addr: Option<IpAddr>, job: &str, shard: Option<Shard>) {
-        let mut seen = self.seen.lock().expect("consumers lock is never poisoned");
+    /// `addr` fetched job `job` (its index; one shard of it).
+    pub fn record(&self, addr: Option<IpAddr>, job: usize, shard: Option<Shard>) {
+        let key = (addr, job, shard.map(|s| (s.index, s.count)));
         let now = Instant::now();
+        let mut seen = self.seen.lock().expect("consumers lock is never poisoned");
+        if let Some(at) = seen.get_mut(&key) {
+            *at = now;
+            return;
+        }
         if seen.len() >= MAX_CONSUMERS {
             seen.retain(|_, at| now.duration_since(*at) < CONSUMER_WINDOW);
             while seen.len() >= MAX_CONSUMERS {
-                let Some(oldest) = seen
-                    .iter()
-                    .min_by_key(|(_, at)| **at)
-                    .map(|(k, _)| k.clone())
-                else {
+                let Some(oldest) = seen.iter().min_by_key(|(_, at)| **at).map(|(k, _)| *k) else {
                     break;
                 };
                 seen.remove(&oldest);
             }
         }
-        seen.insert(
-            (addr, job.to_string(), shard.map(|s| (s.index, s.count))),
-            now,
-        );
+        seen.insert(key, now);
     }
 
     /// The consumers seen within `CONSUMER_WINDOW`.
@@ -69,36 +63,9 @@ impl Consumers {
             .filter(|(_, at)| now.duration_since(**at) < CONSUMER_WINDOW)
             .map(|((addr, job, shard), _)| Consumer {
                 addr: *addr,
-                job: job.clone(),
+                job: *job,
                 shard: shard.map(|(index, count)| Shard { index, count }),
             })
             .collect()
     }
-}
-
-/// Middleware on the SD routes: records a successful fetch of a known job.
-pub async fn record_consumer(
-    State(shared): State<Arc<Shared>>,
-    req: Request,
-    next: Next,
-) -> Response {
-    let addr = req
-        .extensions()
-        .get::<ConnectInfo<SocketAddr>>()
-        .map(|c| c.0.ip());
-    let job = req
-        .uri()
-        .path()
-        .strip_prefix("/sd/v1/")
-        .filter(|j| !j.is_empty())
-        .map(str::to_string);
-    let shard = SdQuery::parse(req.uri().query()).ok().and_then(|q| q.shard);
-    let res = next.run(req).await;
-    if let Some(job) = job
-        && (res.status().is_success() || res.status() == axum::http::StatusCode::NOT_MODIFIED)
-        && shared.job(&job).is_some()
-    {
-        shared.consumers.record(addr, &job, shard);
-    }
-    res
 }
