@@ -1,12 +1,15 @@
 //! The job file: `jobs: [...]`, each job a name plus the fields of one Prometheus `kubernetes_sd_configs`
 //! entry, validated as prometheus/prometheus `discovery/kubernetes/kubernetes.go` `SDConfig.UnmarshalYAML`
 //! does. Client settings (api_server, tls_config, ...) are accepted and ignored: herald has one upstream.
+//! A job may also carry `relabel_configs` (Prometheus's syntax and rules, see [`crate::relabel`]) and
+//! `keep_meta_labels`.
 
 use std::collections::{BTreeMap, BTreeSet};
 
 use kube_selectors::{FieldSelector, LabelSelector};
 use serde::Deserialize;
 
+use crate::relabel::{RelabelConfig, RelabelError};
 use crate::target::{AttachMetadata, OwnerMetadata, Role};
 
 mod server;
@@ -112,6 +115,12 @@ pub struct Job {
     pub owner_metadata: OwnerMetadata,
     /// Client settings present in the job and ignored, in the order of [`CLIENT_SETTINGS`].
     pub ignored: Vec<String>,
+    /// `relabel_configs`: Prometheus relabel rules in Prometheus's syntax, validated when the job is
+    /// read (label names by Prometheus 3's default UTF-8 rules). Empty when not given.
+    pub relabel_configs: Vec<RelabelConfig>,
+    /// `keep_meta_labels` (default false): after relabeling, labels starting with `__meta_` are
+    /// dropped unless keep_meta_labels is true.
+    pub keep_meta_labels: bool,
 }
 
 impl Job {
@@ -191,6 +200,9 @@ pub enum JobError {
         selector: String,
         error: kube_selectors::Error,
     },
+    /// A `relabel_configs` rule that does not read or is not valid, by its index.
+    #[error("relabel_configs[{index}]: {error}")]
+    Relabel { index: usize, error: RelabelError },
 }
 
 #[derive(Deserialize)]
@@ -218,6 +230,10 @@ struct RawJob {
     selectors: Option<Vec<serde_yaml::Value>>,
     #[serde(default)]
     attach_metadata: serde_yaml::Value,
+    #[serde(default)]
+    relabel_configs: serde_yaml::Value,
+    #[serde(default)]
+    keep_meta_labels: serde_yaml::Value,
     #[serde(flatten)]
     rest: BTreeMap<String, serde_yaml::Value>,
 }
@@ -348,6 +364,8 @@ fn parse_job(name: String, value: serde_yaml::Value) -> Result<Job, JobError> {
         let selector = parse_selector(role, index, raw_selector, &selectors)?;
         selectors.push(selector);
     }
+    let relabel_configs = parse_relabel_configs(raw.relabel_configs)?;
+    let keep_meta_labels: bool = section("keep_meta_labels", raw.keep_meta_labels)?;
 
     Ok(Job {
         name,
@@ -367,7 +385,30 @@ fn parse_job(name: String, value: serde_yaml::Value) -> Result<Job, JobError> {
             cronjob: attach.cronjob,
         },
         ignored,
+        relabel_configs,
+        keep_meta_labels,
     })
+}
+
+/// `relabel_configs`: each rule read (Prometheus's syntax and defaults) and validated; errors name the
+/// rule's index.
+fn parse_relabel_configs(value: serde_yaml::Value) -> Result<Vec<RelabelConfig>, JobError> {
+    let rules: Vec<serde_yaml::Value> = section("relabel_configs", value)?;
+    rules
+        .into_iter()
+        .enumerate()
+        .map(|(index, rule)| {
+            let config: RelabelConfig =
+                serde_yaml::from_value(rule).map_err(|e| JobError::Relabel {
+                    index,
+                    error: RelabelError::Syntax(e.to_string()),
+                })?;
+            config
+                .validate()
+                .map_err(|error| JobError::Relabel { index, error })?;
+            Ok(config)
+        })
+        .collect()
 }
 
 /// The selector roles each job role watches (`allowedSelectors` in kubernetes.go): a pod job also

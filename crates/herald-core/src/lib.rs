@@ -14,6 +14,7 @@
 pub mod config;
 pub mod httpsd;
 pub mod labels;
+pub mod relabel;
 pub mod roles;
 pub mod shard;
 pub mod slim;
@@ -28,6 +29,7 @@ use k8s_openapi::api::networking::v1::Ingress;
 
 pub use config::{Config, ConfigError, Job, KindRef, KubeApiConfig, ServerConfig, parse_config};
 pub use httpsd::{HttpSdEntry, encode_http_sd, http_sd_entries};
+pub use relabel::{RelabelConfig, RelabelError, Relabeler};
 pub use shard::hashmod;
 pub use target::{
     AttachMetadata, LabelSet, Lookup, NoLookup, OwnerMetadata, Role, SharedGroup, SharedTarget,

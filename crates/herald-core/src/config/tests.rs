@@ -76,6 +76,86 @@ jobs:
     assert!(slices.selectors.is_empty());
     assert_eq!(slices.attach_metadata, AttachMetadata::default());
     assert!(slices.ignored.is_empty());
+    // Without relabel_configs and keep_meta_labels: none, and __meta_ labels dropped.
+    assert!(slices.relabel_configs.is_empty());
+    assert!(!slices.keep_meta_labels);
+    assert!(pods.relabel_configs.is_empty());
+}
+
+#[test]
+fn relabel_configs_and_keep_meta_labels_are_read() {
+    let cfg = parse_config(
+        r#"
+jobs:
+  - name: pods
+    role: pod
+    keep_meta_labels: true
+    relabel_configs:
+      - source_labels: [__meta_kubernetes_pod_annotation_prometheus_io_scrape]
+        regex: "true"
+        action: keep
+      - source_labels: [__meta_kubernetes_namespace]
+        target_label: namespace
+      - regex: __meta_kubernetes_pod_label_(.+)
+        action: LabelMap
+  - name: nodes
+    role: node
+    relabel_configs:
+    keep_meta_labels:
+"#,
+    )
+    .expect("valid");
+    let pods = &cfg.jobs[0];
+    assert!(pods.keep_meta_labels);
+    let rules = &pods.relabel_configs;
+    assert_eq!(rules.len(), 3);
+    assert_eq!(rules[0].action, crate::relabel::Action::Keep);
+    assert_eq!(rules[0].regex.as_str(), "true");
+    assert_eq!(rules[1].target_label, "namespace");
+    assert_eq!(rules[1].replacement, "$1");
+    assert_eq!(rules[2].action, crate::relabel::Action::LabelMap);
+    let nodes = &cfg.jobs[1];
+    assert!(nodes.relabel_configs.is_empty());
+    assert!(!nodes.keep_meta_labels);
+}
+
+#[test]
+fn relabel_config_errors_name_the_job_and_the_rule() {
+    let rules = |yaml: &str| {
+        err(&format!(
+            "jobs:\n  - name: j\n    role: pod\n    relabel_configs:\n      - target_label: ok\n{yaml}"
+        ))
+    };
+    assert_eq!(
+        rules("      - action: hashmod\n        target_label: shard\n"),
+        r#"job "j": relabel_configs[1]: relabel configuration for hashmod requires non-zero modulus"#
+    );
+    assert_eq!(
+        rules("      - action: replace\n"),
+        r#"job "j": relabel_configs[1]: relabel configuration for replace action requires 'target_label' value"#
+    );
+    assert_eq!(
+        rules("      - action: labeldrop\n        regex: x\n        separator: ','\n"),
+        r#"job "j": relabel_configs[1]: labeldrop action requires only 'regex', and no other fields"#
+    );
+    assert_eq!(
+        rules("      - action: tidy\n"),
+        r#"job "j": relabel_configs[1]: unknown relabel action "tidy""#
+    );
+    let e = rules("      - regex: '('\n");
+    assert!(
+        e.starts_with(r#"job "j": relabel_configs[1]: 'regex' "(" does not compile"#),
+        "{e}"
+    );
+    let e = rules("      - sources: [a]\n");
+    assert!(
+        e.starts_with(r#"job "j": relabel_configs[1]: unknown field `sources`"#),
+        "{e}"
+    );
+    let e = err("jobs:\n  - name: j\n    role: pod\n    relabel_configs: {a: 1}\n");
+    assert!(e.starts_with(r#"job "j": relabel_configs: "#), "{e}");
+    let e = err("jobs:\n  - name: j\n    role: pod\n    keep_meta_labels: maybe\n");
+    assert!(e.starts_with(r#"job "j": keep_meta_labels: "#), "{e}");
 }
 
 #[test]
