@@ -3,7 +3,9 @@
 
 use serde::Serialize;
 
+use crate::config::Job;
 use crate::labels::ADDRESS;
+use crate::relabel::Relabeler;
 use crate::target::{LabelSet, TargetGroup};
 
 /// One target with all its labels: the group's labels overlaid with the target's own (target labels
@@ -31,6 +33,65 @@ pub fn http_sd_entries(group: &TargetGroup) -> Vec<HttpSdEntry> {
             Some(HttpSdEntry { target, labels })
         })
         .collect()
+}
+
+/// A job's relabeling, applied by herald before encoding: each target's labels (its group's overlaid
+/// by its own, `__address__` among them) go through the job's `relabel_configs`; a dropped target, or
+/// one left without an `__address__`, is not served; labels starting with `__meta_` are then removed
+/// unless the job sets `keep_meta_labels`. The other `__` labels a rule sets (`__scheme__`,
+/// `__metrics_path__`, `__param_*`, `__scrape_interval__`, `__scrape_timeout__`) are served, and the
+/// consumer's scrape honours them as if its own relabeling had set them.
+///
+/// As Prometheus's scrape does before relabeling (`PopulateDiscoveredLabels` in scrape/target.go),
+/// labels with an empty value are removed first. NB: the rules see the labels discovery gives, not the
+/// scrape defaults a Prometheus job adds before its own relabeling (`job`, `__scheme__`,
+/// `__metrics_path__`, `__scrape_interval__`, `__scrape_timeout__`): herald does not know the
+/// consumer's job; a rule reading one of those sees "" unless an earlier rule set it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct JobRelabel {
+    rules: Relabeler,
+    keep_meta: bool,
+}
+
+/// Prefix of the discovery labels removed after relabeling.
+const META_PREFIX: &str = "__meta_";
+
+impl JobRelabel {
+    /// The relabeling of `job`; `None` when it has no `relabel_configs` (its targets are served with
+    /// every discovered label, unchanged).
+    pub fn of_job(job: &Job) -> Option<JobRelabel> {
+        if job.relabel_configs.is_empty() {
+            return None;
+        }
+        let rules = Relabeler::new(job.relabel_configs.clone())
+            .expect("parse_config validated the job's relabel_configs");
+        Some(JobRelabel {
+            rules,
+            keep_meta: job.keep_meta_labels,
+        })
+    }
+
+    /// Relabel one target: `labels` holds all its labels, `__address__` included. Returns the final
+    /// address and leaves in `labels` what is served with it; `None` when the target is dropped.
+    pub fn apply(&self, labels: &mut LabelSet) -> Option<String> {
+        labels.retain(|_, v| !v.is_empty());
+        if !self.rules.process(labels) {
+            return None;
+        }
+        let address = labels.remove(ADDRESS)?;
+        if !self.keep_meta {
+            labels.retain(|k, _| !k.starts_with(META_PREFIX));
+        }
+        Some(address)
+    }
+
+    /// `entry` as served after relabeling; `None` when it is dropped.
+    pub fn entry(&self, entry: HttpSdEntry) -> Option<HttpSdEntry> {
+        let mut labels = entry.labels;
+        labels.insert(ADDRESS.to_string(), entry.target);
+        let target = self.apply(&mut labels)?;
+        Some(HttpSdEntry { target, labels })
+    }
 }
 
 #[derive(Serialize)]
@@ -101,6 +162,68 @@ mod tests {
             String::from_utf8(body).expect("utf-8"),
             r#"[{"targets":["1.2.3.4:9000"],"labels":{"a":"group","b":"target","c":"1"}},{"targets":["[2001:db8::1]:80"],"labels":{"a":"group","b":"group","c":"2"}}]"#
         );
+    }
+
+    fn relabel(yaml: &str) -> JobRelabel {
+        let cfg = crate::parse_config(yaml).expect("valid job file");
+        JobRelabel::of_job(&cfg.jobs[0]).expect("the job relabels")
+    }
+
+    #[test]
+    fn a_job_without_relabel_configs_has_no_relabeling() {
+        let cfg = crate::parse_config("jobs:\n- {name: p, role: pod, keep_meta_labels: true}\n")
+            .expect("valid");
+        assert_eq!(JobRelabel::of_job(&cfg.jobs[0]), None);
+    }
+
+    #[test]
+    fn relabeled_entries_lose_meta_labels_and_empty_values_and_take_the_final_address() {
+        let r = relabel(
+            "jobs:\n- name: p\n  role: pod\n  relabel_configs:\n  \
+             - {source_labels: [__meta_kubernetes_pod_label_app], regex: web, action: keep}\n  \
+             - {source_labels: [__meta_kubernetes_pod_ip], target_label: __address__, replacement: '$1:9100'}\n  \
+             - {action: labelmap, regex: __meta_kubernetes_pod_label_(.+)}\n  \
+             - {source_labels: [__meta_kubernetes_pod_label_empty], target_label: was_empty, replacement: 'x$1'}\n",
+        );
+        let entry = |app: &str| HttpSdEntry {
+            target: "10.0.0.1:80".into(),
+            labels: ls(&[
+                ("__meta_kubernetes_pod_ip", "127.0.0.5"),
+                ("__meta_kubernetes_pod_label_app", app),
+                ("__meta_kubernetes_pod_label_empty", ""),
+                ("__scheme__", "https"),
+            ]),
+        };
+        assert_eq!(r.entry(entry("db")), None, "dropped by keep");
+        assert_eq!(
+            r.entry(entry("web")),
+            Some(HttpSdEntry {
+                target: "127.0.0.5:9100".into(),
+                // The empty label was removed before relabeling (so `empty` is not mapped), the meta
+                // labels after; `__scheme__` is served.
+                labels: ls(&[("__scheme__", "https"), ("app", "web"), ("was_empty", "x")]),
+            })
+        );
+    }
+
+    #[test]
+    fn keep_meta_labels_serves_the_discovery_labels_too_and_a_target_without_address_is_dropped() {
+        let r = relabel(
+            "jobs:\n- name: p\n  role: pod\n  keep_meta_labels: true\n  relabel_configs:\n  \
+             - {source_labels: [__meta_x], regex: gone, target_label: __address__, replacement: ''}\n",
+        );
+        let entry = |x: &str| HttpSdEntry {
+            target: "127.0.0.1:80".into(),
+            labels: ls(&[("__meta_x", x)]),
+        };
+        assert_eq!(
+            r.entry(entry("kept")),
+            Some(HttpSdEntry {
+                target: "127.0.0.1:80".into(),
+                labels: ls(&[("__meta_x", "kept")]),
+            })
+        );
+        assert_eq!(r.entry(entry("gone")), None, "no __address__ left");
     }
 
     #[test]

@@ -28,7 +28,7 @@ use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::api::networking::v1::Ingress;
 
 pub use config::{Config, ConfigError, Job, KindRef, KubeApiConfig, ServerConfig, parse_config};
-pub use httpsd::{HttpSdEntry, encode_http_sd, http_sd_entries};
+pub use httpsd::{HttpSdEntry, JobRelabel, encode_http_sd, http_sd_entries};
 pub use relabel::{RelabelConfig, RelabelError, Relabeler};
 pub use shard::hashmod;
 pub use target::{

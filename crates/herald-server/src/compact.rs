@@ -15,7 +15,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use hashbrown::HashTable;
 
-use herald_core::{LabelSet, SharedGroup, TargetGroup};
+use herald_core::{JobRelabel, LabelSet, SharedGroup, TargetGroup};
 
 /// An interned string.
 pub type Sym = Arc<str>;
@@ -429,6 +429,56 @@ impl Group {
         }
         out.extend_from_slice(b"}}");
     }
+}
+
+impl Group {
+    /// `target` of this group after the job's relabeling (see `herald_core::JobRelabel`): its final
+    /// address, and its served labels left in `labels` (cleared first); `None` when it is dropped.
+    /// The labels are the same group-then-target overlay `write_entry` writes, so a job's relabeled
+    /// body is what herald-core's reference path gives for the same objects.
+    pub fn relabel(
+        &self,
+        target: &Target,
+        relabel: &JobRelabel,
+        labels: &mut LabelSet,
+    ) -> Option<String> {
+        labels.clear();
+        for b in self.labels.iter() {
+            labels.extend(
+                b.pairs()
+                    .iter()
+                    .map(|(k, v)| (k.to_string(), v.to_string())),
+            );
+        }
+        for b in target.blocks.iter() {
+            labels.extend(
+                b.pairs()
+                    .iter()
+                    .map(|(k, v)| (k.to_string(), v.to_string())),
+            );
+        }
+        let mut address = String::new();
+        target.address(&mut address);
+        labels.insert(herald_core::labels::ADDRESS.to_string(), address);
+        relabel.apply(labels)
+    }
+}
+
+/// `{"targets":["ADDRESS"],"labels":{...}}` with the labels in name order: the entry
+/// `herald_core::encode_http_sd` writes for them.
+pub fn write_labeled_entry(out: &mut Vec<u8>, address: &str, labels: &LabelSet) {
+    out.extend_from_slice(br#"{"targets":["#);
+    write_str(out, address);
+    out.extend_from_slice(br#"],"labels":{"#);
+    for (i, (k, v)) in labels.iter().enumerate() {
+        if i > 0 {
+            out.push(b',');
+        }
+        write_str(out, k);
+        out.push(b':');
+        write_str(out, v);
+    }
+    out.extend_from_slice(b"}}");
 }
 
 /// An address as a JSON string: its host, escaped as any string, and its port.

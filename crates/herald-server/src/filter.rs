@@ -2,9 +2,10 @@
 //! selectors — exactly what Prometheus would have sent the apiserver in its own list/watch calls.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
 
 use herald_core::config::Selector;
-use herald_core::{AttachMetadata, Job, Role};
+use herald_core::{AttachMetadata, Job, JobRelabel, Role};
 use kube_selectors::{FieldSelector, LabelSelector};
 
 use crate::cluster::{Object, WatchKind};
@@ -29,6 +30,8 @@ pub struct JobSpec {
     pub role: Role,
     pub attach: AttachMetadata,
     pub filter: JobFilter,
+    /// The job's `relabel_configs`, applied before encoding; `None` serves every discovered label.
+    pub relabel: Option<Arc<JobRelabel>>,
 }
 
 impl JobSpec {
@@ -56,6 +59,7 @@ impl JobSpec {
                 own_namespace,
                 &job.selectors,
             )?,
+            relabel: JobRelabel::of_job(job).map(Arc::new),
         })
     }
 

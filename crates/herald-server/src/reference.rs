@@ -79,7 +79,7 @@ impl Reference {
     }
 
     /// The entries herald should serve for `spec`: groups in object-key order (herald's order), each
-    /// flattened to one entry per target.
+    /// flattened to one entry per target, relabeled by herald-core when the job relabels.
     pub fn entries(&self, spec: &JobSpec) -> Vec<HttpSdEntry> {
         let lookup = RefLookup {
             state: self,
@@ -92,6 +92,10 @@ impl Reference {
             .values()
             .filter(|o| spec.filter.admits(o))
             .flat_map(|o| herald_core::http_sd_entries(&group(spec, o, &lookup)))
+            .filter_map(|e| match &spec.relabel {
+                Some(r) => r.entry(e),
+                None => Some(e),
+            })
             .collect()
     }
 

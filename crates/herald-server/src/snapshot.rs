@@ -9,10 +9,10 @@ use std::sync::{Arc, Mutex, OnceLock};
 use bytes::Bytes;
 use flate2::Compression;
 use flate2::write::GzEncoder;
-use herald_core::hashmod;
+use herald_core::{JobRelabel, LabelSet, hashmod};
 use md5::{Digest, Md5};
 
-use crate::compact::Group;
+use crate::compact::{Group, write_labeled_entry};
 
 /// Shard `index` of `count`, as Prometheus's `hashmod` on `__address__` with modulus `count` followed
 /// by `keep` on `index` (the relabelling prometheus-operator injects for `spec.shards`).
@@ -45,7 +45,7 @@ pub struct Encoded {
 impl Encoded {
     /// Encodes the groups (in their stable order), keeping only the shard's entries.
     pub fn build(generation: u64, groups: &[Arc<Group>], shard: Option<Shard>) -> Encoded {
-        Encoded::build_after(None, generation, groups, shard)
+        Encoded::build_after(None, generation, groups, shard, None)
     }
 
     /// As `build`, copying the entries of every group that `prev` (an earlier body of the same job
@@ -57,6 +57,7 @@ impl Encoded {
         generation: u64,
         groups: &[Arc<Group>],
         shard: Option<Shard>,
+        relabel: Option<&JobRelabel>,
     ) -> Encoded {
         let reuse: HashMap<*const Group, (Range<usize>, usize), foldhash::fast::RandomState> = prev
             .map(|p| {
@@ -72,6 +73,7 @@ impl Encoded {
         let mut targets = 0;
         let mut scratch = Vec::new();
         let mut address = String::new();
+        let mut labels = LabelSet::new();
         let mut spans = Vec::with_capacity(groups.len());
         for group in groups {
             let before = targets;
@@ -83,6 +85,21 @@ impl Encoded {
                     }
                     json.extend_from_slice(&prev_json[r.clone()]);
                     targets += n;
+                }
+            } else if let Some(relabel) = relabel {
+                // A shard is cut from the relabeled targets, by their final address.
+                for target in group.iter() {
+                    let Some(final_address) = group.relabel(target, relabel, &mut labels) else {
+                        continue;
+                    };
+                    if shard.is_some_and(|s| !s.holds(&final_address)) {
+                        continue;
+                    }
+                    if targets > 0 {
+                        json.push(b',');
+                    }
+                    write_labeled_entry(&mut json, &final_address, &labels);
+                    targets += 1;
                 }
             } else {
                 for target in group.iter() {
@@ -294,12 +311,12 @@ mod tests {
             // b changed (a new group), c appeared, the empty group went; a is copied.
             let b2 = mk_group("b", &["127.0.0.7:80"]);
             let groups = [a.clone(), b2, c.clone()];
-            let next = Encoded::build_after(Some(&first), 2, &groups, shard);
+            let next = Encoded::build_after(Some(&first), 2, &groups, shard, None);
             let fresh = Encoded::build(2, &groups, shard);
             assert_eq!(next.json, fresh.json, "{shard:?}");
             assert_eq!(next.targets, fresh.targets);
             assert_eq!(next.etag, fresh.etag);
-            let again = Encoded::build_after(Some(&next), 3, &groups, shard);
+            let again = Encoded::build_after(Some(&next), 3, &groups, shard, None);
             assert_eq!(again.json, fresh.json, "copied whole: {shard:?}");
         }
     }

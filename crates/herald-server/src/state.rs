@@ -27,6 +27,8 @@ pub struct JobHandle {
     pub name: String,
     pub role: Role,
     pub kinds: Vec<WatchKind>,
+    /// The job's relabeling, applied when its bodies are encoded.
+    pub relabel: Option<Arc<herald_core::JobRelabel>>,
     /// Latest-value fan-out of the job's generation: long-polls wait on it, slow ones skip to the newest.
     /// It is also how readers learn the generation without the index lock.
     generation_tx: watch::Sender<u64>,
@@ -118,6 +120,7 @@ impl Shared {
                 name: spec.name.clone(),
                 role: spec.role,
                 kinds: spec.kinds(),
+                relabel: spec.relabel.clone(),
                 generation_tx: watch::Sender::new(0),
                 targets: AtomicUsize::new(0),
                 groups: AtomicUsize::new(0),
@@ -405,7 +408,8 @@ impl Shared {
         self.bodies.get_or_build(j, shard, generation, |prev| {
             // Only a new (job, shard, generation) takes the lock, to cut; encoding runs outside it.
             let cut = self.index().cut(j);
-            Encoded::build_after(prev, cut.generation, &cut.groups, shard)
+            let relabel = self.jobs[j].relabel.as_deref();
+            Encoded::build_after(prev, cut.generation, &cut.groups, shard, relabel)
         })
     }
 

@@ -44,6 +44,25 @@ jobs:
 - name: ingresses
   role: ingress
   attach_metadata: {namespace: true}
+- name: pods-relabeled
+  role: pod
+  relabel_configs:
+  - {source_labels: [__meta_kubernetes_pod_phase], regex: Running, action: keep}
+  - source_labels: [__meta_kubernetes_pod_ip, __meta_kubernetes_pod_container_port_number]
+    regex: '(.+);(.+)'
+    target_label: __address__
+    replacement: '$1:$2'
+  - {action: labelmap, regex: __meta_kubernetes_pod_label_(.+)}
+  - {source_labels: [__meta_kubernetes_namespace], target_label: namespace}
+  - {source_labels: [__meta_kubernetes_pod_name], target_label: pod}
+  - {source_labels: [__address__], modulus: 4, target_label: __tmp_hash, action: hashmod}
+  - {source_labels: [__tmp_hash], regex: '[0-2]', action: keep}
+- name: endpointslices-relabeled
+  role: endpointslice
+  keep_meta_labels: true
+  relabel_configs:
+  - {action: labeldrop, regex: __meta_kubernetes_pod_label_.+}
+  - {source_labels: [__meta_kubernetes_service_name], target_label: service, replacement: 'svc-$1'}
 ";
 
 fn loopback_cluster() -> ClusterSpec {
@@ -145,6 +164,42 @@ async fn under_churn_then_quiescence_every_job_equals_kube_sim_s_state() {
         let (status, body, _) = fetch(&client, &herald, &spec.name).await;
         assert_eq!(status, 200, "{}", spec.name);
         assert!(entries(&body) > 0, "job {} has targets", spec.name);
+    }
+    // The relabeled jobs serve relabeled labels (their exact bodies are checked against herald-core's
+    // reference below): the pods job only final labels, about 3/4 of the Running pods' ports.
+    let labels_of = |body: &[u8]| -> Vec<BTreeMap<String, String>> {
+        let v: Vec<serde_json::Value> = serde_json::from_slice(body).expect("json");
+        v.iter()
+            .map(|e| serde_json::from_value(e["labels"].clone()).expect("labels"))
+            .collect()
+    };
+    let (_, all, _) = fetch(&client, &herald, "pods").await;
+    let (_, relabeled, _) = fetch(&client, &herald, "pods-relabeled").await;
+    let relabeled = labels_of(&relabeled);
+    assert!(
+        relabeled.len() < entries(&all),
+        "the hashmod keep dropped some"
+    );
+    for l in &relabeled {
+        assert!(
+            l.contains_key("pod") && l.contains_key("namespace"),
+            "{l:?}"
+        );
+        assert!(!l.keys().any(|k| k.starts_with("__meta_")), "{l:?}");
+        assert!(["0", "1", "2"].contains(&l["__tmp_hash"].as_str()), "{l:?}");
+    }
+    let (_, eps, _) = fetch(&client, &herald, "endpointslices-relabeled").await;
+    for l in labels_of(&eps) {
+        assert!(l["service"].starts_with("svc-"), "{l:?}");
+        assert!(
+            l.contains_key("__meta_kubernetes_endpointslice_name"),
+            "{l:?}"
+        );
+        assert!(
+            !l.keys()
+                .any(|k| k.starts_with("__meta_kubernetes_pod_label_")),
+            "{l:?}"
+        );
     }
     tokio::time::sleep(Duration::from_secs(3)).await;
     sim.handle().set_churn(0.0);

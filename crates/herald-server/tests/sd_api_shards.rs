@@ -9,6 +9,7 @@ use std::collections::BTreeSet;
 use axum::http::StatusCode;
 use fixtures::*;
 use herald_core::hashmod;
+use herald_server::WatchKind;
 
 fn targets(body: &serde_json::Value) -> Vec<String> {
     body.as_array()
@@ -67,4 +68,50 @@ async fn each_shard_has_its_own_etag() {
     )
     .await;
     assert_status(&again, StatusCode::NOT_MODIFIED);
+}
+
+#[tokio::test]
+async fn a_relabeled_job_is_sharded_by_the_final_address_and_its_drops_never_leave_herald() {
+    // The address is rewritten to the pod IP on port 9100, and one pod in four is dropped: the shards
+    // hold exactly the kept targets, split by hashmod of the rewritten address.
+    let shared = mk_shared(
+        "jobs:\n- name: pods\n  role: pod\n  relabel_configs:\n  \
+         - {source_labels: [__meta_kubernetes_pod_ip], target_label: __address__, replacement: '$1:9100'}\n  \
+         - {source_labels: [__meta_kubernetes_pod_name], regex: '.*[05]', action: drop}\n",
+    );
+    shared.reset(WatchKind::Pod, mk_pods(300), vec![]);
+    sync_all(&shared);
+    let full = body_json(get(&shared, "/sd/v1/pods", &[]).await).await;
+    let addresses = targets(&full);
+    assert!(
+        addresses.len() < 300 && addresses.len() > 200,
+        "{} kept",
+        addresses.len()
+    );
+    assert!(
+        addresses.iter().all(|a| a.ends_with(":9100")),
+        "{addresses:?}"
+    );
+    for e in full.as_array().expect("array") {
+        let name = e["labels"]
+            .as_object()
+            .expect("labels")
+            .keys()
+            .find(|k| k.starts_with("__meta_"));
+        assert_eq!(name, None, "meta labels are not served after relabeling");
+    }
+    let mut union = BTreeSet::new();
+    for index in 0..3 {
+        let res = get(&shared, &format!("/sd/v1/pods?shard={index}&shards=3"), &[]).await;
+        assert_status(&res, StatusCode::OK);
+        let shard = targets(&body_json(res).await);
+        let expected: Vec<String> = addresses
+            .iter()
+            .filter(|t| hashmod(t, 3) == index)
+            .cloned()
+            .collect();
+        assert_eq!(shard, expected, "shard {index} of 3");
+        union.extend(shard);
+    }
+    assert_eq!(union.len(), addresses.len());
 }

@@ -70,6 +70,7 @@ fn job(name: &str, role: Role, attach: AttachMetadata, namespaces: &[&str]) -> J
         role,
         attach,
         filter: JobFilter::new(name, &names, false, None, &[]).expect("valid filter"),
+        relabel: None,
     }
 }
 
