@@ -68,6 +68,22 @@ impl VmAgent {
             .collect()
     }
 
+    /// The final labels (after relabeling, `__` labels removed, `job` and `instance` set) of every
+    /// active target (`/api/v1/targets?state=active`).
+    pub async fn active_targets(&mut self) -> Result<Vec<Labels>, String> {
+        let data = self.peer.api("/api/v1/targets?state=active").await?;
+        let active = data["activeTargets"]
+            .as_array()
+            .ok_or_else(|| format!("no data.activeTargets array in {data}"))?;
+        active
+            .iter()
+            .map(|t| {
+                serde_json::from_value::<Labels>(t["labels"].clone())
+                    .map_err(|e| format!("labels is not a string map: {e}: {t}"))
+            })
+            .collect()
+    }
+
     /// Lines vmagent logged at error level (failed lists and watches, undecodable objects).
     pub fn errors(&self) -> Vec<String> {
         self.peer.log_lines_with(&["\terror\t", "\tfatal\t"])
