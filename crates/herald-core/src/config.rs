@@ -12,6 +12,7 @@ use serde::Deserialize;
 use crate::relabel::{RelabelConfig, RelabelError};
 use crate::target::{AttachMetadata, OwnerMetadata, Role};
 
+pub mod annotations;
 mod server;
 pub use server::ServerConfig;
 
@@ -118,6 +119,9 @@ pub struct Job {
     /// `relabel_configs`: Prometheus relabel rules in Prometheus's syntax, validated when the job is
     /// read (label names by Prometheus 3's default UTF-8 rules). Empty when not given.
     pub relabel_configs: Vec<RelabelConfig>,
+    /// `annotations: prometheus.io` or `prometheus.io/slow`: the `prometheus.io/*` annotation rules
+    /// (see [`annotations`]), placed before the job's own `relabel_configs` (and included in them).
+    pub annotations: Option<String>,
     /// `keep_meta_labels` (default false): after relabeling, labels starting with `__meta_` are
     /// dropped unless keep_meta_labels is true.
     pub keep_meta_labels: bool,
@@ -234,6 +238,8 @@ struct RawJob {
     relabel_configs: serde_yaml::Value,
     #[serde(default)]
     keep_meta_labels: serde_yaml::Value,
+    #[serde(default)]
+    annotations: serde_yaml::Value,
     #[serde(flatten)]
     rest: BTreeMap<String, serde_yaml::Value>,
 }
@@ -364,7 +370,13 @@ fn parse_job(name: String, value: serde_yaml::Value) -> Result<Job, JobError> {
         let selector = parse_selector(role, index, raw_selector, &selectors)?;
         selectors.push(selector);
     }
-    let relabel_configs = parse_relabel_configs(raw.relabel_configs)?;
+    let mut relabel_configs = parse_relabel_configs(raw.relabel_configs)?;
+    let annotations: Option<String> = section("annotations", raw.annotations)?;
+    if let Some(preset) = &annotations {
+        let mut rules = annotations::rules(preset, role)?;
+        rules.append(&mut relabel_configs);
+        relabel_configs = rules;
+    }
     let keep_meta_labels: bool = section("keep_meta_labels", raw.keep_meta_labels)?;
 
     Ok(Job {
@@ -386,6 +398,7 @@ fn parse_job(name: String, value: serde_yaml::Value) -> Result<Job, JobError> {
         },
         ignored,
         relabel_configs,
+        annotations,
         keep_meta_labels,
     })
 }
