@@ -14,6 +14,7 @@
 pub mod config;
 pub mod httpsd;
 pub mod labels;
+pub mod monitor;
 pub mod relabel;
 pub mod roles;
 pub mod shard;

@@ -1,0 +1,1480 @@
+//! prometheus-operator `ServiceMonitor` and `PodMonitor` objects (`monitoring.coreos.com/v1`) turned
+//! into what a Prometheus managed by the operator would scrape for each of their endpoints: the
+//! discovery role and namespaces, the whole generated target relabeling, and the endpoint's scrape
+//! settings, as the operator's config generator builds them.
+//!
+//! Behaviour follows prometheus-operator `pkg/prometheus/promcfg.go` (`generateServiceMonitorConfig`,
+//! `generatePodMonitorConfig`, `initRelabelings`, `generateRunningFilter`, `generateRelabelConfig`,
+//! `appendShardingRelabelingWithLabel`, `getNamespacesFromNamespaceSelector`, `generateK8SSDConfig`,
+//! `addTLStoYaml`, ...) as of commit 6adcebc5076c34f4f55f8f5f7b1e528929373ac7 (VERSION 0.93.0;
+//! 2026-08-08, "alertmanager: add test cases (#8744)"). The Go code was read, not copied; its golden
+//! files (`pkg/prometheus/testdata/*.golden`) are ported as tests (see `monitor/testdata/README`).
+//!
+//! What the Prometheus custom resource contributes is given by [`MonitorContext`]. Not modelled (see
+//! [`MonitorJob::unsupported`] for what is reported per monitor): scrape classes, the operator's
+//! DaemonSet mode, topology sharding and retention-aware sharding, `enforcedNamespaceLabel`
+//! exclusions, the Prometheus version gates (a recent Prometheus 3 is assumed, with EndpointSlice
+//! support), `selectorMechanism: RoleSelector` (selection is always done by relabeling, which keeps
+//! the same targets when Endpoints/EndpointSlices carry their Service's labels), native histogram
+//! settings, and anything read from Secrets or ConfigMaps.
+//!
+//! NB (for whoever applies the rules): the operator's rules run in Prometheus after it adds the scrape
+//! defaults; the first one copies `job` (the job name) into `__tmp_prometheus_job_name`, which users'
+//! relabelings may read. [`scrape_defaults`] gives those labels for a [`MonitorJob`].
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Deserializer};
+use serde_json::Value;
+use serde_yaml::{Mapping, Value as Yaml};
+
+use crate::relabel::{RelabelConfig, validate_all};
+use crate::target::{AttachMetadata, LabelSet, Role};
+
+#[cfg(test)]
+mod tests;
+
+// ---------------------------------------------------------------------------------------------
+// The objects
+// ---------------------------------------------------------------------------------------------
+
+/// `null` reads as the type's default (the API server may send `null` for an empty list or map).
+fn nullable<'de, D, T>(d: D) -> Result<T, D::Error>
+where
+    D: Deserializer<'de>,
+    T: Deserialize<'de> + Default,
+{
+    Ok(Option::<T>::deserialize(d)?.unwrap_or_default())
+}
+
+/// The object metadata the operator reads.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Deserialize)]
+#[serde(default)]
+pub struct Metadata {
+    #[serde(deserialize_with = "nullable")]
+    pub name: String,
+    #[serde(deserialize_with = "nullable")]
+    pub namespace: String,
+    #[serde(deserialize_with = "nullable")]
+    pub labels: BTreeMap<String, String>,
+}
+
+/// `metav1.LabelSelector`.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Deserialize)]
+#[serde(default, rename_all = "camelCase")]
+pub struct LabelSelector {
+    #[serde(deserialize_with = "nullable")]
+    pub match_labels: BTreeMap<String, String>,
+    #[serde(deserialize_with = "nullable")]
+    pub match_expressions: Vec<LabelSelectorRequirement>,
+}
+
+/// One `matchExpressions` entry.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Deserialize)]
+#[serde(default)]
+pub struct LabelSelectorRequirement {
+    #[serde(deserialize_with = "nullable")]
+    pub key: String,
+    #[serde(deserialize_with = "nullable")]
+    pub operator: String,
+    #[serde(deserialize_with = "nullable")]
+    pub values: Vec<String>,
+}
+
+/// `namespaceSelector`.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Deserialize)]
+#[serde(default, rename_all = "camelCase")]
+pub struct NamespaceSelector {
+    #[serde(deserialize_with = "nullable")]
+    pub any: bool,
+    #[serde(deserialize_with = "nullable")]
+    pub match_names: Vec<String>,
+}
+
+/// `attachMetadata`.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Deserialize)]
+#[serde(default)]
+pub struct MonitorAttachMetadata {
+    pub node: Option<bool>,
+}
+
+/// `intstr.IntOrString` (`targetPort`).
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(untagged)]
+pub enum IntOrString {
+    Int(i32),
+    String(String),
+}
+
+impl fmt::Display for IntOrString {
+    /// Go's `IntOrString.String()`: the number in decimal, or the string.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            IntOrString::Int(i) => write!(f, "{i}"),
+            IntOrString::String(s) => f.write_str(s),
+        }
+    }
+}
+
+/// `v1.SecretKeySelector` / `v1.ConfigMapKeySelector`.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Deserialize)]
+#[serde(default)]
+pub struct KeySelector {
+    #[serde(deserialize_with = "nullable")]
+    pub name: String,
+    #[serde(deserialize_with = "nullable")]
+    pub key: String,
+    pub optional: Option<bool>,
+}
+
+/// `SecretOrConfigMap`.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Deserialize)]
+#[serde(default, rename_all = "camelCase")]
+pub struct SecretOrConfigMap {
+    pub secret: Option<KeySelector>,
+    pub config_map: Option<KeySelector>,
+}
+
+impl SecretOrConfigMap {
+    fn describe(&self) -> Option<String> {
+        match (&self.secret, &self.config_map) {
+            (Some(s), _) => Some(secret(s)),
+            (None, Some(c)) => Some(format!("ConfigMap {:?} key {:?}", c.name, c.key)),
+            (None, None) => None,
+        }
+    }
+}
+
+fn secret(s: &KeySelector) -> String {
+    format!("Secret {:?} key {:?}", s.name, s.key)
+}
+
+/// `tlsConfig`: `TLSConfig` (ServiceMonitor: references and files) or `SafeTLSConfig` (PodMonitor:
+/// references only; the file fields are then never set).
+#[derive(Debug, Clone, PartialEq, Eq, Default, Deserialize)]
+#[serde(default, rename_all = "camelCase")]
+pub struct TlsConfig {
+    pub ca: SecretOrConfigMap,
+    pub cert: SecretOrConfigMap,
+    pub key_secret: Option<KeySelector>,
+    pub server_name: Option<String>,
+    pub insecure_skip_verify: Option<bool>,
+    pub min_version: Option<String>,
+    pub max_version: Option<String>,
+    #[serde(deserialize_with = "nullable")]
+    pub ca_file: String,
+    #[serde(deserialize_with = "nullable")]
+    pub cert_file: String,
+    #[serde(deserialize_with = "nullable")]
+    pub key_file: String,
+}
+
+/// `basicAuth`.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Deserialize)]
+#[serde(default)]
+pub struct BasicAuth {
+    pub username: KeySelector,
+    pub password: KeySelector,
+}
+
+/// `authorization` (`SafeAuthorization`: the credentials come from a Secret).
+#[derive(Debug, Clone, PartialEq, Eq, Default, Deserialize)]
+#[serde(default, rename_all = "camelCase")]
+pub struct Authorization {
+    #[serde(rename = "type", deserialize_with = "nullable")]
+    pub kind: String,
+    pub credentials: Option<KeySelector>,
+}
+
+/// `oauth2` (only what is needed to name it).
+#[derive(Debug, Clone, PartialEq, Eq, Default, Deserialize)]
+#[serde(default, rename_all = "camelCase")]
+pub struct OAuth2 {
+    pub client_id: SecretOrConfigMap,
+    pub client_secret: KeySelector,
+    #[serde(deserialize_with = "nullable")]
+    pub token_url: String,
+}
+
+/// A relabeling in the operator's syntax (`monitoringv1.RelabelConfig`).
+#[derive(Debug, Clone, PartialEq, Eq, Default, Deserialize)]
+#[serde(default, rename_all = "camelCase")]
+pub struct MonitorRelabelConfig {
+    #[serde(deserialize_with = "nullable")]
+    pub source_labels: Vec<String>,
+    pub separator: Option<String>,
+    #[serde(deserialize_with = "nullable")]
+    pub target_label: String,
+    #[serde(deserialize_with = "nullable")]
+    pub regex: String,
+    #[serde(deserialize_with = "nullable")]
+    pub modulus: u64,
+    pub replacement: Option<String>,
+    #[serde(deserialize_with = "nullable")]
+    pub action: String,
+}
+
+impl MonitorRelabelConfig {
+    /// `generateRelabelConfig`: the fields given, in Prometheus's syntax, the action lowercased.
+    pub fn to_yaml(&self) -> Yaml {
+        let mut r = Rule::default();
+        if !self.source_labels.is_empty() {
+            r = r.source(&self.source_labels);
+        }
+        if let Some(s) = &self.separator {
+            r = r.set("separator", s);
+        }
+        if !self.target_label.is_empty() {
+            r = r.set("target_label", &self.target_label);
+        }
+        if !self.regex.is_empty() {
+            r = r.set("regex", &self.regex);
+        }
+        if self.modulus != 0 {
+            r.0.insert("modulus".into(), self.modulus.into());
+        }
+        if let Some(s) = &self.replacement {
+            r = r.set("replacement", s);
+        }
+        if !self.action.is_empty() {
+            r = r.set("action", &self.action.to_lowercase());
+        }
+        Yaml::Mapping(r.0)
+    }
+}
+
+/// The fields shared by `endpoints` and `podMetricsEndpoints` entries.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Deserialize)]
+#[serde(default, rename_all = "camelCase")]
+pub struct EndpointCommon {
+    pub target_port: Option<IntOrString>,
+    #[serde(deserialize_with = "nullable")]
+    pub path: String,
+    pub scheme: Option<String>,
+    pub params: Option<BTreeMap<String, Vec<String>>>,
+    #[serde(deserialize_with = "nullable")]
+    pub interval: String,
+    #[serde(deserialize_with = "nullable")]
+    pub scrape_timeout: String,
+    #[serde(deserialize_with = "nullable")]
+    pub honor_labels: bool,
+    pub honor_timestamps: Option<bool>,
+    pub track_timestamps_staleness: Option<bool>,
+    #[serde(deserialize_with = "nullable")]
+    pub metric_relabelings: Vec<MonitorRelabelConfig>,
+    #[serde(deserialize_with = "nullable")]
+    pub relabelings: Vec<MonitorRelabelConfig>,
+    pub filter_running: Option<bool>,
+    pub tls_config: Option<TlsConfig>,
+    pub bearer_token_secret: Option<KeySelector>,
+    pub basic_auth: Option<BasicAuth>,
+    pub authorization: Option<Authorization>,
+    pub oauth2: Option<OAuth2>,
+    pub follow_redirects: Option<bool>,
+    #[serde(rename = "enableHttp2")]
+    pub enable_http2: Option<bool>,
+    pub proxy_url: Option<String>,
+    pub no_proxy: Option<String>,
+    pub proxy_from_environment: Option<bool>,
+    pub proxy_connect_header: Option<BTreeMap<String, Vec<KeySelector>>>,
+}
+
+/// A ServiceMonitor `endpoints` entry.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Deserialize)]
+#[serde(default, rename_all = "camelCase")]
+pub struct Endpoint {
+    #[serde(deserialize_with = "nullable")]
+    pub port: String,
+    #[serde(deserialize_with = "nullable")]
+    pub bearer_token_file: String,
+    #[serde(flatten)]
+    pub common: EndpointCommon,
+}
+
+/// A PodMonitor `podMetricsEndpoints` entry.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Deserialize)]
+#[serde(default, rename_all = "camelCase")]
+pub struct PodMetricsEndpoint {
+    pub port: Option<String>,
+    pub port_number: Option<i32>,
+    #[serde(flatten)]
+    pub common: EndpointCommon,
+}
+
+/// The spec fields shared by ServiceMonitor and PodMonitor.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Deserialize)]
+#[serde(default, rename_all = "camelCase")]
+pub struct MonitorSpecCommon {
+    #[serde(deserialize_with = "nullable")]
+    pub job_label: String,
+    #[serde(deserialize_with = "nullable")]
+    pub pod_target_labels: Vec<String>,
+    pub selector: LabelSelector,
+    pub selector_mechanism: Option<String>,
+    pub namespace_selector: NamespaceSelector,
+    pub sample_limit: Option<u64>,
+    pub target_limit: Option<u64>,
+    pub label_limit: Option<u64>,
+    pub label_name_length_limit: Option<u64>,
+    pub label_value_length_limit: Option<u64>,
+    pub keep_dropped_targets: Option<u64>,
+    #[serde(deserialize_with = "nullable")]
+    pub scrape_protocols: Vec<String>,
+    pub fallback_scrape_protocol: Option<String>,
+    pub attach_metadata: Option<MonitorAttachMetadata>,
+    #[serde(rename = "scrapeClass")]
+    pub scrape_class_name: Option<String>,
+    pub body_size_limit: Option<String>,
+}
+
+/// `ServiceMonitor.spec`.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Deserialize)]
+#[serde(default, rename_all = "camelCase")]
+pub struct ServiceMonitorSpec {
+    #[serde(deserialize_with = "nullable")]
+    pub target_labels: Vec<String>,
+    #[serde(deserialize_with = "nullable")]
+    pub endpoints: Vec<Endpoint>,
+    pub service_discovery_role: Option<String>,
+    #[serde(flatten)]
+    pub common: MonitorSpecCommon,
+}
+
+/// `PodMonitor.spec`.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Deserialize)]
+#[serde(default, rename_all = "camelCase")]
+pub struct PodMonitorSpec {
+    #[serde(deserialize_with = "nullable")]
+    pub pod_metrics_endpoints: Vec<PodMetricsEndpoint>,
+    #[serde(flatten)]
+    pub common: MonitorSpecCommon,
+}
+
+/// A ServiceMonitor.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct ServiceMonitor {
+    pub metadata: Metadata,
+    pub spec: ServiceMonitorSpec,
+}
+
+/// A PodMonitor.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct PodMonitor {
+    pub metadata: Metadata,
+    pub spec: PodMonitorSpec,
+}
+
+/// Which kind of monitor.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MonitorKind {
+    ServiceMonitor,
+    PodMonitor,
+}
+
+impl MonitorKind {
+    /// The kind's name (`ServiceMonitor`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            MonitorKind::ServiceMonitor => "ServiceMonitor",
+            MonitorKind::PodMonitor => "PodMonitor",
+        }
+    }
+    /// The job name prefix (`serviceMonitor`).
+    fn job_prefix(self) -> &'static str {
+        match self {
+            MonitorKind::ServiceMonitor => "serviceMonitor",
+            MonitorKind::PodMonitor => "podMonitor",
+        }
+    }
+}
+
+impl fmt::Display for MonitorKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Why a monitor could not be translated. Messages name the monitor and the field at fault.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum MonitorError {
+    #[error("{kind}: {message}")]
+    Object { kind: MonitorKind, message: String },
+    #[error("{kind} {monitor}: {field}: {message}")]
+    Field {
+        kind: MonitorKind,
+        /// `namespace/name`.
+        monitor: String,
+        /// The field's path, e.g. `spec.endpoints[0].relabelings[1]`.
+        field: String,
+        message: String,
+    },
+    #[error("sharding: shards must be at least 1")]
+    NoShards,
+}
+
+/// Decode `value` as `T`; on failure, find the first member (of an object) that fails alone, so the
+/// error names it. Every field of the types decoded this way has a default.
+fn decode<T: DeserializeOwned>(value: &Value, path: &str) -> Result<T, (String, String)> {
+    serde_json::from_value(value.clone()).map_err(|e| {
+        if let Value::Object(map) = value {
+            for (k, v) in map {
+                let one = Value::Object([(k.clone(), v.clone())].into_iter().collect());
+                if let Err(e) = serde_json::from_value::<T>(one) {
+                    return (format!("{path}.{k}"), e.to_string());
+                }
+            }
+        }
+        (path.to_owned(), e.to_string())
+    })
+}
+
+/// Decode each element of the array `spec[key]` as `T`, naming the failing one.
+fn decode_list<T: DeserializeOwned>(
+    spec: &Value,
+    key: &str,
+) -> Result<Option<Vec<T>>, (String, String)> {
+    match spec.get(key) {
+        Some(Value::Array(items)) => items
+            .iter()
+            .enumerate()
+            .map(|(i, item)| decode(item, &format!("spec.{key}[{i}]")))
+            .collect::<Result<Vec<T>, _>>()
+            .map(Some),
+        Some(Value::Null) | None => Ok(None),
+        Some(_) => Err((format!("spec.{key}"), "not a list".into())),
+    }
+}
+
+/// The metadata and spec of a monitor object.
+fn read_object(obj: &Value, kind: MonitorKind) -> Result<(Metadata, &Value), MonitorError> {
+    let object_err = |message: String| MonitorError::Object { kind, message };
+    if !obj.is_object() {
+        return Err(object_err("not a JSON object".into()));
+    }
+    if let Some(k) = obj.get("kind").and_then(Value::as_str)
+        && k != kind.as_str()
+    {
+        return Err(object_err(format!("kind is {k:?}")));
+    }
+    let meta: Metadata = decode(obj.get("metadata").unwrap_or(&Value::Null), "metadata")
+        .map_err(|(f, m)| object_err(format!("{f}: {m}")))?;
+    if meta.name.is_empty() {
+        return Err(object_err("metadata.name is missing".into()));
+    }
+    if meta.namespace.is_empty() {
+        return Err(object_err(format!(
+            "{}: metadata.namespace is missing",
+            meta.name
+        )));
+    }
+    let spec = obj.get("spec").unwrap_or(&Value::Null);
+    if !spec.is_object() {
+        return Err(field_err(kind, &meta)(
+            "spec".into(),
+            "missing or not an object".into(),
+        ));
+    }
+    Ok((meta, spec))
+}
+
+impl ServiceMonitor {
+    /// Decode a whole ServiceMonitor object (unknown fields are ignored).
+    pub fn from_value(obj: &Value) -> Result<ServiceMonitor, MonitorError> {
+        let (metadata, spec_value) = read_object(obj, MonitorKind::ServiceMonitor)?;
+        let err = field_err(MonitorKind::ServiceMonitor, &metadata);
+        let endpoints =
+            decode_list::<Endpoint>(spec_value, "endpoints").map_err(|(f, m)| err(f, m))?;
+        let mut spec: ServiceMonitorSpec =
+            decode(spec_value, "spec").map_err(|(f, m)| err(f, m))?;
+        spec.endpoints = endpoints.unwrap_or_default();
+        Ok(ServiceMonitor { metadata, spec })
+    }
+}
+
+impl PodMonitor {
+    /// Decode a whole PodMonitor object (unknown fields are ignored).
+    pub fn from_value(obj: &Value) -> Result<PodMonitor, MonitorError> {
+        let (metadata, spec_value) = read_object(obj, MonitorKind::PodMonitor)?;
+        let err = field_err(MonitorKind::PodMonitor, &metadata);
+        let endpoints = decode_list::<PodMetricsEndpoint>(spec_value, "podMetricsEndpoints")
+            .map_err(|(f, m)| err(f, m))?;
+        let mut spec: PodMonitorSpec = decode(spec_value, "spec").map_err(|(f, m)| err(f, m))?;
+        spec.pod_metrics_endpoints = endpoints.unwrap_or_default();
+        Ok(PodMonitor { metadata, spec })
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// What herald produces
+// ---------------------------------------------------------------------------------------------
+
+/// What the Prometheus (or PrometheusAgent) resource selecting the monitors contributes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MonitorContext {
+    /// `ignoreNamespaceSelectors`: every monitor discovers in its own namespace only.
+    pub ignore_namespace_selectors: bool,
+    /// `serviceDiscoveryRole` of the Prometheus resource: the role of ServiceMonitors that set none,
+    /// `Role::Endpoints` (the operator's default) or `Role::EndpointSlice`.
+    pub service_discovery_role: Role,
+    /// `podTargetLabels` of the Prometheus resource, appended to each monitor's.
+    pub pod_target_labels: Vec<String>,
+    /// `enforcedNamespaceLabel`: when set, a last relabeling (target and metric) sets this label to
+    /// the monitor's namespace. (`excludedFromEnforcement` is not modelled.)
+    pub enforced_namespace_label: Option<String>,
+    /// The operator's hashmod sharding rules (off by default: herald shards with `?shard=`).
+    pub sharding: Option<Sharding>,
+}
+
+impl Default for MonitorContext {
+    fn default() -> Self {
+        MonitorContext {
+            ignore_namespace_selectors: false,
+            service_discovery_role: Role::Endpoints,
+            pod_target_labels: Vec::new(),
+            enforced_namespace_label: None,
+            sharding: None,
+        }
+    }
+}
+
+/// The operator's sharding: `__tmp_hash` from `__address__`, hashmod `shards`, keep this shard.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Sharding {
+    /// `shards` of the Prometheus resource (at least 1).
+    pub shards: u32,
+    /// This shard's index; `None` writes `$(SHARD)` as the operator does (its config reloader
+    /// substitutes the pod's shard).
+    pub shard: Option<u32>,
+}
+
+/// Scrape settings of one endpoint, as the operator writes them (unset fields are left out).
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct ScrapeSettings {
+    pub honor_labels: bool,
+    pub honor_timestamps: Option<bool>,
+    pub track_timestamps_staleness: Option<bool>,
+    pub scrape_interval: Option<String>,
+    pub scrape_timeout: Option<String>,
+    pub metrics_path: Option<String>,
+    pub params: Option<BTreeMap<String, Vec<String>>>,
+    /// Lowercased (`http`, `https`).
+    pub scheme: Option<String>,
+    pub follow_redirects: Option<bool>,
+    pub enable_http2: Option<bool>,
+    pub proxy_url: Option<String>,
+    pub no_proxy: Option<String>,
+    pub proxy_from_environment: Option<bool>,
+    /// The file and plain parts of `tlsConfig`; Secret/ConfigMap parts are in `unsupported`.
+    pub tls_config: Option<TlsFiles>,
+    pub bearer_token_file: Option<String>,
+    pub sample_limit: Option<u64>,
+    pub target_limit: Option<u64>,
+    pub label_limit: Option<u64>,
+    pub label_name_length_limit: Option<u64>,
+    pub label_value_length_limit: Option<u64>,
+    pub keep_dropped_targets: Option<u64>,
+    pub scrape_protocols: Vec<String>,
+    pub fallback_scrape_protocol: Option<String>,
+    pub body_size_limit: Option<String>,
+    /// `metric_relabel_configs` in Prometheus's syntax (validated).
+    pub metric_relabel_configs: Vec<Yaml>,
+}
+
+/// The `tls_config` herald can write: what needs no Secret or ConfigMap.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct TlsFiles {
+    pub insecure_skip_verify: Option<bool>,
+    pub server_name: Option<String>,
+    pub min_version: Option<String>,
+    pub max_version: Option<String>,
+    pub ca_file: Option<String>,
+    pub cert_file: Option<String>,
+    pub key_file: Option<String>,
+}
+
+/// One scrape job of a monitor endpoint.
+#[derive(Debug, Clone, PartialEq)]
+pub struct MonitorJob {
+    /// `serviceMonitor/<ns>/<name>/<i>` or `podMonitor/<ns>/<name>/<i>`.
+    pub name: String,
+    pub role: Role,
+    /// Namespaces to discover in; empty means all.
+    pub namespaces: Vec<String>,
+    /// `attachMetadata.node` (`None`: not given, the operator writes no `attach_metadata`).
+    pub attach_metadata: Option<AttachMetadata>,
+    /// The whole generated target relabeling, in the operator's order, the monitor's own
+    /// `relabelings` included.
+    pub relabel_configs: Vec<RelabelConfig>,
+    pub scrape: ScrapeSettings,
+    /// What herald cannot express, each named by its field (Secret and ConfigMap references, scrape
+    /// classes, ...).
+    pub unsupported: Vec<String>,
+}
+
+/// The jobs of a ServiceMonitor object, one per `endpoints` entry.
+pub fn service_monitor_jobs(
+    obj: &Value,
+    ctx: &MonitorContext,
+) -> Result<Vec<MonitorJob>, MonitorError> {
+    let m = ServiceMonitor::from_value(obj)?;
+    m.jobs(ctx)
+}
+
+/// The jobs of a PodMonitor object, one per `podMetricsEndpoints` entry.
+pub fn pod_monitor_jobs(
+    obj: &Value,
+    ctx: &MonitorContext,
+) -> Result<Vec<MonitorJob>, MonitorError> {
+    let m = PodMonitor::from_value(obj)?;
+    m.jobs(ctx)
+}
+
+/// The labels Prometheus sets on every target of `job` before its relabeling runs, from the job's
+/// settings (`job`, and `__scheme__`, `__metrics_path__`, `__scrape_interval__`,
+/// `__scrape_timeout__`, `__param_<name>` when the endpoint sets them; the ones the endpoint leaves
+/// to the Prometheus's globals are not known here).
+pub fn scrape_defaults(job: &MonitorJob) -> LabelSet {
+    let s = &job.scrape;
+    let mut ls = LabelSet::new();
+    ls.insert("job".into(), job.name.clone());
+    let mut put = |k: &str, v: &Option<String>| {
+        if let Some(v) = v {
+            ls.insert(k.into(), v.clone());
+        }
+    };
+    put("__scheme__", &s.scheme);
+    put("__metrics_path__", &s.metrics_path);
+    put("__scrape_interval__", &s.scrape_interval);
+    put("__scrape_timeout__", &s.scrape_timeout);
+    for (k, v) in s.params.iter().flatten() {
+        if let Some(first) = v.first() {
+            ls.insert(format!("__param_{k}"), first.clone());
+        }
+    }
+    ls
+}
+
+// ---------------------------------------------------------------------------------------------
+// Generation
+// ---------------------------------------------------------------------------------------------
+
+/// One rule under construction, keys in the operator's order.
+#[derive(Default)]
+struct Rule(Mapping);
+
+impl Rule {
+    fn set(mut self, k: &str, v: &str) -> Self {
+        self.0.insert(k.into(), v.into());
+        self
+    }
+    fn action(self, a: &str) -> Self {
+        self.set("action", a)
+    }
+    fn source<S: AsRef<str>>(mut self, labels: &[S]) -> Self {
+        let seq = labels.iter().map(|l| Yaml::from(l.as_ref())).collect();
+        self.0.insert("source_labels".into(), Yaml::Sequence(seq));
+        self
+    }
+    fn regex(self, r: &str) -> Self {
+        self.set("regex", r)
+    }
+    fn target(self, t: &str) -> Self {
+        self.set("target_label", t)
+    }
+    fn replacement(self, r: &str) -> Self {
+        self.set("replacement", r)
+    }
+}
+
+/// The operator's `sanitizeLabelName`: every character outside `[a-zA-Z0-9_]` becomes `_`.
+pub fn sanitize_label_name(name: &str) -> String {
+    name.chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '_' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect()
+}
+
+/// Rules accumulated for one job, with the error context.
+struct Rules<'a> {
+    rules: Vec<Yaml>,
+    err: &'a dyn Fn(String, String) -> MonitorError,
+}
+
+impl Rules<'_> {
+    fn push(&mut self, r: Rule) {
+        self.rules.push(Yaml::Mapping(r.0));
+    }
+
+    /// `initRelabelings`.
+    fn init(&mut self) {
+        self.push(
+            Rule::default()
+                .source(&["job"])
+                .target("__tmp_prometheus_job_name"),
+        );
+    }
+
+    /// `generateRunningFilter`.
+    fn running_filter(&mut self) {
+        self.push(
+            Rule::default()
+                .action("drop")
+                .source(&["__meta_kubernetes_pod_phase"])
+                .regex("(Failed|Succeeded)"),
+        );
+    }
+
+    /// The selector as keep/drop rules on `__meta_kubernetes_<object>_label[present]_<key>`.
+    fn selector(
+        &mut self,
+        sel: &LabelSelector,
+        object: &str,
+        field: &str,
+    ) -> Result<(), MonitorError> {
+        let label = |k: &str| {
+            format!(
+                "__meta_kubernetes_{object}_label_{}",
+                sanitize_label_name(k)
+            )
+        };
+        let present = |k: &str| {
+            format!(
+                "__meta_kubernetes_{object}_labelpresent_{}",
+                sanitize_label_name(k)
+            )
+        };
+        for (k, v) in &sel.match_labels {
+            self.push(
+                Rule::default()
+                    .action("keep")
+                    .source(&[label(k), present(k)])
+                    .regex(&format!("({v});true")),
+            );
+        }
+        for (i, exp) in sel.match_expressions.iter().enumerate() {
+            let k = &exp.key;
+            let values = exp.values.join("|");
+            let rule = match exp.operator.as_str() {
+                "In" => Rule::default()
+                    .action("keep")
+                    .source(&[label(k), present(k)])
+                    .regex(&format!("({values});true")),
+                "NotIn" => Rule::default()
+                    .action("drop")
+                    .source(&[label(k), present(k)])
+                    .regex(&format!("({values});true")),
+                "Exists" => Rule::default()
+                    .action("keep")
+                    .source(&[present(k)])
+                    .regex("true"),
+                "DoesNotExist" => Rule::default()
+                    .action("drop")
+                    .source(&[present(k)])
+                    .regex("true"),
+                other => {
+                    return Err((self.err)(
+                        format!("{field}.matchExpressions[{i}].operator"),
+                        format!("{other:?} is not one of In, NotIn, Exists, DoesNotExist"),
+                    ));
+                }
+            };
+            self.push(rule);
+        }
+        Ok(())
+    }
+
+    /// `<source>` copied to `<target>` when not empty (target labels, pod target labels, jobLabel).
+    fn copy_if_set(&mut self, source: &str, target: &str) {
+        self.push(
+            Rule::default()
+                .source(&[source])
+                .target(target)
+                .regex("(.+)")
+                .replacement("${1}"),
+        );
+    }
+
+    /// The monitor's `relabelings` and the enforced namespace label.
+    fn user(
+        &mut self,
+        rcs: &[MonitorRelabelConfig],
+        field: &str,
+        namespace: &str,
+        ctx: &MonitorContext,
+    ) -> Result<(), MonitorError> {
+        self.rules
+            .extend(user_rules(rcs, field, namespace, ctx, self.err)?);
+        Ok(())
+    }
+
+    /// `appendShardingRelabelingWithLabel` on `__address__`.
+    fn sharding(&mut self, ctx: &MonitorContext) -> Result<(), MonitorError> {
+        let Some(sh) = ctx.sharding else {
+            return Ok(());
+        };
+        if sh.shards == 0 {
+            return Err(MonitorError::NoShards);
+        }
+        let shard = sh
+            .shard
+            .map_or_else(|| "$(SHARD)".to_owned(), |s| s.to_string());
+        self.push(
+            Rule::default()
+                .source(&["__address__", "__tmp_hash"])
+                .target("__tmp_hash")
+                .regex("(.+);")
+                .replacement("$1")
+                .action("replace"),
+        );
+        let mut hashmod = Rule::default().source(&["__tmp_hash"]).target("__tmp_hash");
+        hashmod
+            .0
+            .insert("modulus".into(), u64::from(sh.shards).into());
+        self.push(hashmod.action("hashmod"));
+        self.push(
+            Rule::default()
+                .source(&["__tmp_hash", "__tmp_disable_sharding"])
+                .regex(&format!("{shard};|.+;.+"))
+                .action("keep"),
+        );
+        Ok(())
+    }
+
+    fn finish(self) -> Result<Vec<RelabelConfig>, MonitorError> {
+        let configs = to_relabel_configs(&self.rules)
+            .map_err(|(i, m)| (self.err)(format!("generated relabel_configs[{i}]"), m))?;
+        validate_all(&configs)
+            .map_err(|e| (self.err)("generated relabel_configs".into(), e.to_string()))?;
+        Ok(configs)
+    }
+}
+
+fn to_relabel_configs(rules: &[Yaml]) -> Result<Vec<RelabelConfig>, (usize, String)> {
+    rules
+        .iter()
+        .enumerate()
+        .map(|(i, r)| serde_yaml::from_value(r.clone()).map_err(|e| (i, e.to_string())))
+        .collect()
+}
+
+/// `generateRelabelConfig` of a monitor's `relabelings`/`metricRelabelings`, plus the enforced
+/// namespace label, each checked as a Prometheus relabel rule.
+fn user_rules(
+    rcs: &[MonitorRelabelConfig],
+    field: &str,
+    namespace: &str,
+    ctx: &MonitorContext,
+    err: &dyn Fn(String, String) -> MonitorError,
+) -> Result<Vec<Yaml>, MonitorError> {
+    let mut out = Vec::with_capacity(rcs.len() + 1);
+    for (i, rc) in rcs.iter().enumerate() {
+        let y = rc.to_yaml();
+        let parsed: RelabelConfig = serde_yaml::from_value(y.clone())
+            .map_err(|e| err(format!("{field}[{i}]"), e.to_string()))?;
+        parsed
+            .validate()
+            .map_err(|e| err(format!("{field}[{i}]"), e.to_string()))?;
+        out.push(y);
+    }
+    if let Some(label) = ctx
+        .enforced_namespace_label
+        .as_deref()
+        .filter(|l| !l.is_empty())
+    {
+        out.push(Yaml::Mapping(
+            Rule::default().target(label).replacement(namespace).0,
+        ));
+    }
+    Ok(out)
+}
+
+fn namespaces(sel: &NamespaceSelector, own: &str, ctx: &MonitorContext) -> Vec<String> {
+    if ctx.ignore_namespace_selectors {
+        vec![own.to_owned()]
+    } else if sel.any {
+        Vec::new()
+    } else if sel.match_names.is_empty() {
+        vec![own.to_owned()]
+    } else {
+        sel.match_names.clone()
+    }
+}
+
+/// The scrape settings and unsupported items common to both kinds.
+fn common_scrape(
+    spec: &MonitorSpecCommon,
+    ep: &EndpointCommon,
+    path: &str,
+    namespace: &str,
+    ctx: &MonitorContext,
+    err: &dyn Fn(String, String) -> MonitorError,
+    unsupported: &mut Vec<String>,
+) -> Result<ScrapeSettings, MonitorError> {
+    let scheme = match ep.scheme.as_deref() {
+        None => None,
+        Some(s) if s.eq_ignore_ascii_case("http") || s.eq_ignore_ascii_case("https") => {
+            Some(s.to_lowercase())
+        }
+        Some(s) => {
+            return Err(err(
+                format!("{path}.scheme"),
+                format!("{s:?} is not one of HTTP, HTTPS"),
+            ));
+        }
+    };
+    let mut tls_config = None;
+    if let Some(tls) = &ep.tls_config {
+        let tls_path = format!("{path}.tlsConfig");
+        if let Some(d) = tls.ca.describe() {
+            unsupported.push(format!("{tls_path}.ca: {d}"));
+        }
+        if let Some(d) = tls.cert.describe() {
+            unsupported.push(format!("{tls_path}.cert: {d}"));
+        }
+        if let Some(k) = &tls.key_secret {
+            unsupported.push(format!("{tls_path}.keySecret: {}", secret(k)));
+        }
+        let some = |s: &String| (!s.is_empty()).then(|| s.clone());
+        tls_config = Some(TlsFiles {
+            insecure_skip_verify: tls.insecure_skip_verify,
+            server_name: tls.server_name.clone().filter(|s| !s.is_empty()),
+            min_version: tls.min_version.clone(),
+            max_version: tls.max_version.clone(),
+            ca_file: some(&tls.ca_file),
+            cert_file: some(&tls.cert_file),
+            key_file: some(&tls.key_file),
+        });
+    }
+    if let Some(s) = ep
+        .bearer_token_secret
+        .as_ref()
+        .filter(|s| !s.name.is_empty())
+    {
+        unsupported.push(format!("{path}.bearerTokenSecret: {}", secret(s)));
+    }
+    if let Some(b) = &ep.basic_auth {
+        unsupported.push(format!(
+            "{path}.basicAuth: username {}, password {}",
+            secret(&b.username),
+            secret(&b.password)
+        ));
+    }
+    if let Some(a) = ep
+        .authorization
+        .as_ref()
+        .filter(|a| **a != Authorization::default())
+    {
+        let creds = a
+            .credentials
+            .as_ref()
+            .map_or_else(|| "none".to_owned(), secret);
+        unsupported.push(format!("{path}.authorization: credentials {creds}"));
+    }
+    if let Some(o) = &ep.oauth2 {
+        let id = o.client_id.describe().unwrap_or_else(|| "none".into());
+        unsupported.push(format!(
+            "{path}.oauth2: clientId {id}, clientSecret {}",
+            secret(&o.client_secret)
+        ));
+    }
+    for (header, secrets) in ep.proxy_connect_header.iter().flatten() {
+        let names: Vec<String> = secrets.iter().map(secret).collect();
+        unsupported.push(format!(
+            "{path}.proxyConnectHeader.{header}: {}",
+            names.join(", ")
+        ));
+    }
+    if let Some(class) = spec.scrape_class_name.as_deref().filter(|c| !c.is_empty()) {
+        unsupported.push(format!(
+            "spec.scrapeClass: {class:?} (scrape classes of the Prometheus resource are not applied)"
+        ));
+    }
+    if spec.selector_mechanism.as_deref() == Some("RoleSelector") {
+        unsupported.push(
+            "spec.selectorMechanism: RoleSelector (the selector is applied by relabeling instead)"
+                .into(),
+        );
+    }
+    let metric_relabel_configs = user_rules(
+        &ep.metric_relabelings,
+        &format!("{path}.metricRelabelings"),
+        namespace,
+        ctx,
+        err,
+    )?;
+    let nonempty = |s: &String| (!s.is_empty()).then(|| s.clone());
+    Ok(ScrapeSettings {
+        honor_labels: ep.honor_labels,
+        honor_timestamps: ep.honor_timestamps,
+        track_timestamps_staleness: ep.track_timestamps_staleness,
+        scrape_interval: nonempty(&ep.interval),
+        scrape_timeout: nonempty(&ep.scrape_timeout),
+        metrics_path: nonempty(&ep.path),
+        params: ep.params.clone(),
+        scheme,
+        follow_redirects: ep.follow_redirects,
+        enable_http2: ep.enable_http2,
+        proxy_url: ep.proxy_url.clone(),
+        no_proxy: ep.no_proxy.clone(),
+        proxy_from_environment: ep.proxy_from_environment,
+        tls_config,
+        bearer_token_file: None,
+        sample_limit: spec.sample_limit,
+        target_limit: spec.target_limit,
+        label_limit: spec.label_limit,
+        label_name_length_limit: spec.label_name_length_limit,
+        label_value_length_limit: spec.label_value_length_limit,
+        keep_dropped_targets: spec.keep_dropped_targets,
+        scrape_protocols: spec.scrape_protocols.clone(),
+        fallback_scrape_protocol: spec.fallback_scrape_protocol.clone(),
+        body_size_limit: spec.body_size_limit.clone(),
+        metric_relabel_configs,
+    })
+}
+
+/// `serviceMonitor/<ns>/<name>/<i>`, `podMonitor/<ns>/<name>/<i>`.
+fn job_name(kind: MonitorKind, meta: &Metadata, i: usize) -> String {
+    format!("{}/{}/{}/{i}", kind.job_prefix(), meta.namespace, meta.name)
+}
+
+fn attach(spec: &MonitorSpecCommon) -> Option<AttachMetadata> {
+    spec.attach_metadata.as_ref().map(|a| AttachMetadata {
+        node: a.node.unwrap_or(false),
+        namespace: false,
+    })
+}
+
+fn field_err(
+    kind: MonitorKind,
+    meta: &Metadata,
+) -> impl Fn(String, String) -> MonitorError + use<> {
+    let monitor = format!("{}/{}", meta.namespace, meta.name);
+    move |field, message| MonitorError::Field {
+        kind,
+        monitor: monitor.clone(),
+        field,
+        message,
+    }
+}
+
+impl ServiceMonitor {
+    /// The jobs of this monitor (`generateServiceMonitorConfig` for each endpoint).
+    pub fn jobs(&self, ctx: &MonitorContext) -> Result<Vec<MonitorJob>, MonitorError> {
+        let err = field_err(MonitorKind::ServiceMonitor, &self.metadata);
+        let role = match self.spec.service_discovery_role.as_deref() {
+            None => match ctx.service_discovery_role {
+                Role::EndpointSlice => Role::EndpointSlice,
+                _ => Role::Endpoints,
+            },
+            Some("Endpoints") => Role::Endpoints,
+            Some("EndpointSlice") => Role::EndpointSlice,
+            Some(other) => {
+                return Err(err(
+                    "spec.serviceDiscoveryRole".into(),
+                    format!("{other:?} is not one of Endpoints, EndpointSlice"),
+                ));
+            }
+        };
+        (0..self.spec.endpoints.len())
+            .map(|i| self.job(i, role, ctx, &err))
+            .collect()
+    }
+
+    fn job(
+        &self,
+        i: usize,
+        role: Role,
+        ctx: &MonitorContext,
+        err: &dyn Fn(String, String) -> MonitorError,
+    ) -> Result<MonitorJob, MonitorError> {
+        let meta = &self.metadata;
+        let spec = &self.spec;
+        let ep = &spec.endpoints[i];
+        let path = format!("spec.endpoints[{i}]");
+        let mut unsupported = Vec::new();
+        let mut scrape = common_scrape(
+            &spec.common,
+            &ep.common,
+            &path,
+            &meta.namespace,
+            ctx,
+            err,
+            &mut unsupported,
+        )?;
+        scrape.bearer_token_file =
+            (!ep.bearer_token_file.is_empty()).then(|| ep.bearer_token_file.clone());
+
+        let slice = role == Role::EndpointSlice;
+        let mut r = Rules {
+            rules: Vec::new(),
+            err,
+        };
+        r.init();
+        r.selector(&spec.common.selector, "service", "spec.selector")?;
+
+        // The endpoint's port.
+        if !ep.port.is_empty() {
+            let source = if slice {
+                "__meta_kubernetes_endpointslice_port_name"
+            } else {
+                "__meta_kubernetes_endpoint_port_name"
+            };
+            r.push(
+                Rule::default()
+                    .action("keep")
+                    .source(&[source])
+                    .regex(&ep.port),
+            );
+        } else if let Some(tp) = &ep.common.target_port {
+            match tp {
+                IntOrString::String(s) if !s.is_empty() => r.push(
+                    Rule::default()
+                        .action("keep")
+                        .source(&["__meta_kubernetes_pod_container_port_name"])
+                        .regex(s),
+                ),
+                IntOrString::Int(n) if *n != 0 => r.push(
+                    Rule::default()
+                        .action("keep")
+                        .source(&["__meta_kubernetes_pod_container_port_number"])
+                        .regex(&n.to_string()),
+                ),
+                _ => {}
+            }
+        }
+
+        let target = if slice {
+            [
+                "__meta_kubernetes_endpointslice_address_target_kind",
+                "__meta_kubernetes_endpointslice_address_target_name",
+            ]
+        } else {
+            [
+                "__meta_kubernetes_endpoint_address_target_kind",
+                "__meta_kubernetes_endpoint_address_target_name",
+            ]
+        };
+        for (kind, label) in [("Node", "node"), ("Pod", "pod")] {
+            r.push(
+                Rule::default()
+                    .source(&target)
+                    .set("separator", ";")
+                    .regex(&format!("{kind};(.*)"))
+                    .replacement("${1}")
+                    .target(label),
+            );
+        }
+        for (source, label) in [
+            ("__meta_kubernetes_namespace", "namespace"),
+            ("__meta_kubernetes_service_name", "service"),
+            ("__meta_kubernetes_pod_name", "pod"),
+            ("__meta_kubernetes_pod_container_name", "container"),
+        ] {
+            r.push(Rule::default().source(&[source]).target(label));
+        }
+        if ep.common.filter_running.unwrap_or(true) {
+            r.running_filter();
+        }
+        for l in &spec.target_labels {
+            let l = sanitize_label_name(l);
+            r.copy_if_set(&format!("__meta_kubernetes_service_label_{l}"), &l);
+        }
+        for l in spec
+            .common
+            .pod_target_labels
+            .iter()
+            .chain(&ctx.pod_target_labels)
+        {
+            let l = sanitize_label_name(l);
+            r.copy_if_set(&format!("__meta_kubernetes_pod_label_{l}"), &l);
+        }
+        r.push(
+            Rule::default()
+                .source(&["__meta_kubernetes_service_name"])
+                .target("job")
+                .replacement("${1}"),
+        );
+        if !spec.common.job_label.is_empty() {
+            let l = sanitize_label_name(&spec.common.job_label);
+            r.copy_if_set(&format!("__meta_kubernetes_service_label_{l}"), "job");
+        }
+        endpoint_label(&mut r, Some(&ep.port), ep.common.target_port.as_ref());
+        r.user(
+            &ep.common.relabelings,
+            &format!("{path}.relabelings"),
+            &meta.namespace,
+            ctx,
+        )?;
+        r.sharding(ctx)?;
+
+        Ok(MonitorJob {
+            name: job_name(MonitorKind::ServiceMonitor, meta, i),
+            role,
+            namespaces: namespaces(&spec.common.namespace_selector, &meta.namespace, ctx),
+            attach_metadata: attach(&spec.common),
+            relabel_configs: r.finish()?,
+            scrape,
+            unsupported,
+        })
+    }
+}
+
+/// The `endpoint` label: the port name, else `targetPort` as a string (an int 0 gives "0", as Go's
+/// `IntOrString.String()` does).
+fn endpoint_label(r: &mut Rules<'_>, port: Option<&str>, target_port: Option<&IntOrString>) {
+    let value = match (port.filter(|p| !p.is_empty()), target_port) {
+        (Some(p), _) => p.to_owned(),
+        (None, Some(tp)) => tp.to_string(),
+        (None, None) => return,
+    };
+    if value.is_empty() {
+        return;
+    }
+    r.push(Rule::default().target("endpoint").replacement(&value));
+}
+
+impl PodMonitor {
+    /// The jobs of this monitor (`generatePodMonitorConfig` for each endpoint).
+    pub fn jobs(&self, ctx: &MonitorContext) -> Result<Vec<MonitorJob>, MonitorError> {
+        let err = field_err(MonitorKind::PodMonitor, &self.metadata);
+        (0..self.spec.pod_metrics_endpoints.len())
+            .map(|i| self.job(i, ctx, &err))
+            .collect()
+    }
+
+    fn job(
+        &self,
+        i: usize,
+        ctx: &MonitorContext,
+        err: &dyn Fn(String, String) -> MonitorError,
+    ) -> Result<MonitorJob, MonitorError> {
+        let meta = &self.metadata;
+        let spec = &self.spec;
+        let ep = &spec.pod_metrics_endpoints[i];
+        let path = format!("spec.podMetricsEndpoints[{i}]");
+        let mut unsupported = Vec::new();
+        let scrape = common_scrape(
+            &spec.common,
+            &ep.common,
+            &path,
+            &meta.namespace,
+            ctx,
+            err,
+            &mut unsupported,
+        )?;
+        let mut r = Rules {
+            rules: Vec::new(),
+            err,
+        };
+        r.init();
+        if ep.common.filter_running.unwrap_or(true) {
+            r.running_filter();
+        }
+        r.selector(&spec.common.selector, "pod", "spec.selector")?;
+
+        let port = ep.port.as_deref().filter(|p| !p.is_empty());
+        let name_rule = |name: &str| {
+            Rule::default()
+                .action("keep")
+                .source(&["__meta_kubernetes_pod_container_port_name"])
+                .regex(name)
+        };
+        let number_rule = |n: i32| {
+            Rule::default()
+                .action("keep")
+                .source(&["__meta_kubernetes_pod_container_port_number"])
+                .regex(&n.to_string())
+        };
+        if let Some(p) = port {
+            r.push(name_rule(p));
+        } else if let Some(n) = ep.port_number.filter(|n| *n != 0) {
+            r.push(number_rule(n));
+        } else if let Some(tp) = &ep.common.target_port {
+            match tp {
+                IntOrString::String(s) if !s.is_empty() => r.push(name_rule(s)),
+                IntOrString::Int(n) if *n != 0 => r.push(number_rule(*n)),
+                _ => {}
+            }
+        }
+        for (source, label) in [
+            ("__meta_kubernetes_namespace", "namespace"),
+            ("__meta_kubernetes_pod_container_name", "container"),
+            ("__meta_kubernetes_pod_name", "pod"),
+        ] {
+            r.push(Rule::default().source(&[source]).target(label));
+        }
+        for l in spec
+            .common
+            .pod_target_labels
+            .iter()
+            .chain(&ctx.pod_target_labels)
+        {
+            let l = sanitize_label_name(l);
+            r.copy_if_set(&format!("__meta_kubernetes_pod_label_{l}"), &l);
+        }
+        r.push(
+            Rule::default()
+                .target("job")
+                .replacement(&format!("{}/{}", meta.namespace, meta.name)),
+        );
+        if !spec.common.job_label.is_empty() {
+            let l = sanitize_label_name(&spec.common.job_label);
+            r.copy_if_set(&format!("__meta_kubernetes_pod_label_{l}"), "job");
+        }
+        endpoint_label(&mut r, port, ep.common.target_port.as_ref());
+        r.user(
+            &ep.common.relabelings,
+            &format!("{path}.relabelings"),
+            &meta.namespace,
+            ctx,
+        )?;
+        r.sharding(ctx)?;
+
+        Ok(MonitorJob {
+            name: job_name(MonitorKind::PodMonitor, meta, i),
+            role: Role::Pod,
+            namespaces: namespaces(&spec.common.namespace_selector, &meta.namespace, ctx),
+            attach_metadata: attach(&spec.common),
+            relabel_configs: r.finish()?,
+            scrape,
+            unsupported,
+        })
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The scrape config herald serves
+// ---------------------------------------------------------------------------------------------
+
+/// The Prometheus `scrape_configs` entry (a one-item YAML list, so entries concatenate under
+/// `scrape_configs:`) for `job`, discovering through herald's HTTP SD at `sd_url`: the job name, the
+/// endpoint's scrape settings in the operator's order, and each [`MonitorJob::unsupported`] item as a
+/// `# unsupported:` comment line before it. No `relabel_configs`: herald applies them. Deterministic.
+pub fn scrape_config_yaml(job: &MonitorJob, sd_url: &str) -> String {
+    let s = &job.scrape;
+    let mut m = Mapping::new();
+    let mut put = |k: &str, v: Yaml| {
+        m.insert(k.into(), v);
+    };
+    put("job_name", job.name.as_str().into());
+    put("honor_labels", s.honor_labels.into());
+    if let Some(v) = s.honor_timestamps {
+        put("honor_timestamps", v.into());
+    }
+    if let Some(v) = s.track_timestamps_staleness {
+        put("track_timestamps_staleness", v.into());
+    }
+    let mut sd = Mapping::new();
+    sd.insert("url".into(), sd_url.into());
+    put("http_sd_configs", Yaml::Sequence(vec![Yaml::Mapping(sd)]));
+    let opt_str = |v: &Option<String>| v.as_deref().map(Yaml::from);
+    for (k, v) in [
+        ("scrape_interval", &s.scrape_interval),
+        ("scrape_timeout", &s.scrape_timeout),
+        ("metrics_path", &s.metrics_path),
+    ] {
+        if let Some(v) = opt_str(v) {
+            put(k, v);
+        }
+    }
+    if let Some(params) = &s.params {
+        let pm: Mapping = params
+            .iter()
+            .map(|(k, vs)| {
+                let seq = vs.iter().map(|v| Yaml::from(v.as_str())).collect();
+                (Yaml::from(k.as_str()), Yaml::Sequence(seq))
+            })
+            .collect();
+        put("params", Yaml::Mapping(pm));
+    }
+    if let Some(v) = opt_str(&s.scheme) {
+        put("scheme", v);
+    }
+    if let Some(v) = s.follow_redirects {
+        put("follow_redirects", v.into());
+    }
+    if let Some(v) = s.enable_http2 {
+        put("enable_http2", v.into());
+    }
+    if let Some(v) = opt_str(&s.proxy_url) {
+        put("proxy_url", v);
+    }
+    if let Some(v) = opt_str(&s.no_proxy) {
+        put("no_proxy", v);
+    }
+    if let Some(v) = s.proxy_from_environment {
+        put("proxy_from_environment", v.into());
+    }
+    if let Some(t) = &s.tls_config {
+        let mut tm = Mapping::new();
+        if let Some(v) = t.insecure_skip_verify {
+            tm.insert("insecure_skip_verify".into(), v.into());
+        }
+        for (k, v) in [
+            ("server_name", &t.server_name),
+            ("min_version", &t.min_version),
+            ("max_version", &t.max_version),
+            ("ca_file", &t.ca_file),
+            ("cert_file", &t.cert_file),
+            ("key_file", &t.key_file),
+        ] {
+            if let Some(v) = opt_str(v) {
+                tm.insert(k.into(), v);
+            }
+        }
+        put("tls_config", Yaml::Mapping(tm));
+    }
+    if let Some(v) = opt_str(&s.bearer_token_file) {
+        put("bearer_token_file", v);
+    }
+    for (k, v) in [
+        ("sample_limit", s.sample_limit),
+        ("target_limit", s.target_limit),
+        ("label_limit", s.label_limit),
+        ("label_name_length_limit", s.label_name_length_limit),
+        ("label_value_length_limit", s.label_value_length_limit),
+        ("keep_dropped_targets", s.keep_dropped_targets),
+    ] {
+        if let Some(v) = v {
+            put(k, v.into());
+        }
+    }
+    if !s.scrape_protocols.is_empty() {
+        let seq = s
+            .scrape_protocols
+            .iter()
+            .map(|p| Yaml::from(p.as_str()))
+            .collect();
+        put("scrape_protocols", Yaml::Sequence(seq));
+    }
+    if let Some(v) = opt_str(&s.fallback_scrape_protocol) {
+        put("fallback_scrape_protocol", v);
+    }
+    if let Some(v) = opt_str(&s.body_size_limit) {
+        put("body_size_limit", v);
+    }
+    if !s.metric_relabel_configs.is_empty() {
+        put(
+            "metric_relabel_configs",
+            Yaml::Sequence(s.metric_relabel_configs.clone()),
+        );
+    }
+    let body = serde_yaml::to_string(&Yaml::Sequence(vec![Yaml::Mapping(m)]))
+        .expect("a mapping of strings, numbers and booleans always serializes");
+    let mut out = String::new();
+    for u in &job.unsupported {
+        // One comment line each, whatever the item holds.
+        out.push_str("# unsupported: ");
+        out.push_str(&u.replace(['\n', '\r'], " "));
+        out.push('\n');
+    }
+    out.push_str(&body);
+    out
+}

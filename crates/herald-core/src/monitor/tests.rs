@@ -1,0 +1,953 @@
+//! Golden cases of prometheus-operator `pkg/prometheus/promcfg_test.go` (monitors rebuilt from the Go
+//! tests, expectations read from the operator's `.golden` files in `testdata/`), and behaviour tests
+//! applying the generated rules to herald's own targets.
+
+use serde_json::{Value, json};
+use serde_yaml::Value as Yaml;
+
+use super::*;
+use crate::httpsd::{HttpSdEntry, http_sd_entries};
+use crate::testing::{MapLookup, ls};
+
+/// The operator's tests run with `shards` unset, i.e. one shard and `$(SHARD)` left for its reloader.
+fn op_ctx() -> MonitorContext {
+    MonitorContext {
+        sharding: Some(Sharding {
+            shards: 1,
+            shard: None,
+        }),
+        ..MonitorContext::default()
+    }
+}
+
+fn sm(namespace: &str, name: &str, spec: Value) -> Value {
+    json!({
+        "apiVersion": "monitoring.coreos.com/v1",
+        "kind": "ServiceMonitor",
+        "metadata": {"name": name, "namespace": namespace, "labels": {"group": "group1"}},
+        "spec": spec,
+    })
+}
+
+fn pm(namespace: &str, name: &str, spec: Value) -> Value {
+    json!({
+        "apiVersion": "monitoring.coreos.com/v1",
+        "kind": "PodMonitor",
+        "metadata": {"name": name, "namespace": namespace, "labels": {"group": "group1"}},
+        "spec": spec,
+    })
+}
+
+fn one_sm(obj: &Value, ctx: &MonitorContext) -> MonitorJob {
+    let mut jobs = service_monitor_jobs(obj, ctx).expect("valid ServiceMonitor");
+    assert_eq!(jobs.len(), 1);
+    jobs.remove(0)
+}
+
+fn one_pm(obj: &Value, ctx: &MonitorContext) -> MonitorJob {
+    let mut jobs = pod_monitor_jobs(obj, ctx).expect("valid PodMonitor");
+    assert_eq!(jobs.len(), 1);
+    jobs.remove(0)
+}
+
+fn golden_text(file: &str) -> String {
+    let path = format!("{}/src/monitor/testdata/{file}", env!("CARGO_MANIFEST_DIR"));
+    std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"))
+}
+
+/// The `scrape_configs` entry named `job` of a golden file.
+fn golden_job(file: &str, job: &str) -> Yaml {
+    let doc: Yaml = serde_yaml::from_str(&golden_text(file)).expect("golden YAML");
+    doc["scrape_configs"]
+        .as_sequence()
+        .expect("scrape_configs")
+        .iter()
+        .find(|c| c["job_name"].as_str() == Some(job))
+        .unwrap_or_else(|| panic!("{file}: no job {job}"))
+        .clone()
+}
+
+/// A rule list of a golden file, numbers (`regex: 1024`, `modulus: 1`) as Prometheus reads them.
+fn golden_rules(cfg: &Yaml, key: &str) -> Vec<RelabelConfig> {
+    cfg[key]
+        .as_sequence()
+        .unwrap_or_else(|| panic!("no {key}"))
+        .iter()
+        .map(|r| {
+            let mut r = r.as_mapping().expect("a rule").clone();
+            for k in ["regex", "replacement"] {
+                if let Some(Yaml::Number(n)) = r.get(k).cloned() {
+                    r.insert(k.into(), n.to_string().into());
+                }
+            }
+            serde_yaml::from_value(Yaml::Mapping(r)).expect("a valid rule")
+        })
+        .collect()
+}
+
+/// Assert `job` is the golden file's job: name, role, namespaces, relabel_configs, and the scrape
+/// settings the golden file shows.
+fn assert_golden(job: &MonitorJob, file: &str) {
+    let cfg = golden_job(file, &job.name);
+    let sd = &cfg["kubernetes_sd_configs"][0];
+    assert_eq!(sd["role"].as_str(), Some(job.role.as_str()), "{file}: role");
+    assert_namespaces(job, sd, file);
+    assert_eq!(
+        job.relabel_configs,
+        golden_rules(&cfg, "relabel_configs"),
+        "{file}: relabel_configs"
+    );
+    assert_eq!(
+        cfg["honor_labels"].as_bool(),
+        Some(job.scrape.honor_labels),
+        "{file}: honor_labels"
+    );
+    assert_eq!(
+        cfg["scrape_interval"].as_str(),
+        job.scrape.scrape_interval.as_deref(),
+        "{file}: scrape_interval"
+    );
+    assert_eq!(
+        cfg["metrics_path"].as_str(),
+        job.scrape.metrics_path.as_deref(),
+        "{file}: metrics_path"
+    );
+    let metric = match cfg.get("metric_relabel_configs") {
+        Some(Yaml::Sequence(s)) => s.clone(),
+        _ => Vec::new(),
+    };
+    assert_eq!(
+        job.scrape.metric_relabel_configs, metric,
+        "{file}: metric_relabel_configs"
+    );
+}
+
+fn assert_namespaces(job: &MonitorJob, sd: &Yaml, file: &str) {
+    let names: Vec<String> = match sd.get("namespaces") {
+        Some(ns) => ns["names"]
+            .as_sequence()
+            .expect("names")
+            .iter()
+            .map(|n| n.as_str().expect("a name").to_owned())
+            .collect(),
+        None => Vec::new(),
+    };
+    assert_eq!(job.namespaces, names, "{file}: namespaces");
+    let node = sd
+        .get("attach_metadata")
+        .map(|a| a["node"].as_bool().expect("node"));
+    assert_eq!(
+        job.attach_metadata.map(|a| a.node),
+        node,
+        "{file}: attach_metadata"
+    );
+}
+
+// --- golden cases ---------------------------------------------------------------------------
+
+#[test]
+fn golden_target_labels() {
+    // TestTargetLabels: no selector, targetLabels.
+    let obj = sm(
+        "default",
+        "testservicemonitor1",
+        json!({"targetLabels": ["example", "env"], "endpoints": [{"port": "web", "interval": "30s"}]}),
+    );
+    assert_golden(&one_sm(&obj, &op_ctx()), "TargetLabels.golden");
+}
+
+#[test]
+fn golden_pod_target_labels_of_a_service_monitor() {
+    // TestPodTargetLabels.
+    let obj = sm(
+        "default",
+        "testservicemonitor1",
+        json!({"podTargetLabels": ["example", "env"], "endpoints": [{"port": "web", "interval": "30s"}]}),
+    );
+    assert_golden(&one_sm(&obj, &op_ctx()), "PodTargetLabels.golden");
+}
+
+#[test]
+fn golden_pod_target_labels_of_a_pod_monitor() {
+    // TestPodTargetLabelsFromPodMonitor.
+    let obj = pm(
+        "default",
+        "testpodmonitor1",
+        json!({"podTargetLabels": ["example", "env"], "podMetricsEndpoints": [{"port": "web", "interval": "30s"}]}),
+    );
+    assert_golden(
+        &one_pm(&obj, &op_ctx()),
+        "PodTargetLabelsFromPodMonitor.golden",
+    );
+}
+
+#[test]
+fn golden_empty_endpoint() {
+    // TestEmptyEndpointPorts: no port rule, no endpoint label.
+    let obj = sm(
+        "default",
+        "test",
+        json!({"selector": {"matchLabels": {"foo": "bar"}}, "endpoints": [{}]}),
+    );
+    assert_golden(&one_sm(&obj, &op_ctx()), "EmptyEndpointPorts.golden");
+}
+
+#[test]
+fn golden_match_expressions() {
+    // TestMatchExpressionsServiceMonitor.
+    let obj = sm(
+        "default",
+        "test",
+        json!({
+            "selector": {"matchExpressions": [{"key": "alpha", "operator": "In", "values": ["beta", "gamma"]}]},
+            "endpoints": [{"port": "web", "interval": "30s"}],
+        }),
+    );
+    assert_golden(
+        &one_sm(&obj, &op_ctx()),
+        "MatchExpressionsServiceMonitor.golden",
+    );
+}
+
+fn crio_monitor() -> Value {
+    // TestNoEnforcedNamespaceLabelServiceMonitor: the monitor's relabelings and metricRelabelings.
+    sm(
+        "default",
+        "test",
+        json!({
+            "selector": {"matchLabels": {"foo": "bar"}},
+            "endpoints": [{
+                "port": "https-metrics",
+                "honorLabels": true,
+                "interval": "30s",
+                "metricRelabelings": [{
+                    "action": "drop",
+                    "regex": "container_(network_tcp_usage_total|network_udp_usage_total|tasks_state|cpu_load_average_10s)",
+                    "sourceLabels": ["__name__"],
+                }],
+                "relabelings": [
+                    {"action": "replace", "regex": "(.+)(?::d+)", "replacement": "$1:9537",
+                     "sourceLabels": ["__address__"], "targetLabel": "__address__"},
+                    {"action": "replace", "replacement": "crio", "targetLabel": "job"},
+                ],
+            }],
+        }),
+    )
+}
+
+#[test]
+fn golden_monitor_relabelings_and_metric_relabelings() {
+    let job = one_sm(&crio_monitor(), &op_ctx());
+    assert!(job.scrape.honor_labels);
+    assert_golden(
+        &job,
+        "NoEnforcedNamespaceLabelServiceMonitor_Expected.golden",
+    );
+}
+
+#[test]
+fn golden_enforced_namespace_label() {
+    // TestEnforcedNamespaceLabelServiceMonitor.
+    let obj = sm(
+        "default",
+        "test",
+        json!({
+            "selector": {
+                "matchLabels": {"foo": "bar"},
+                "matchExpressions": [{"key": "alpha", "operator": "In", "values": ["beta", "gamma"]}],
+            },
+            "endpoints": [{
+                "port": "web",
+                "interval": "30s",
+                "metricRelabelings": [{"action": "drop", "regex": "my-job-pod-.+",
+                                       "sourceLabels": ["pod_name"], "targetLabel": "ns-key"}],
+                "relabelings": [{"action": "replace", "regex": "(.*)", "replacement": "$1",
+                                 "sourceLabels": ["__meta_kubernetes_pod_ready"], "targetLabel": "pod_ready"}],
+            }],
+        }),
+    );
+    let ctx = MonitorContext {
+        enforced_namespace_label: Some("ns-key".into()),
+        ..op_ctx()
+    };
+    assert_golden(
+        &one_sm(&obj, &ctx),
+        "EnforcedNamespaceLabelServiceMonitor_Expected.golden",
+    );
+}
+
+#[test]
+fn golden_service_discovery_roles() {
+    // TestServiceMonitorWithServiceDiscoveryRole: the Prometheus's role, overridden by the monitor's.
+    let cases = [
+        (
+            Role::Endpoints,
+            None,
+            "TestServiceMonitorWithDefaultServiceDiscoveryRole.golden",
+        ),
+        (
+            Role::EndpointSlice,
+            None,
+            "TestServiceMonitorWithEndpointSliceEnable_Expected.golden",
+        ),
+        (
+            Role::EndpointSlice,
+            Some("Endpoints"),
+            "TestServiceMonitorWithEndpointsAndPrometheusEndpointSlice.golden",
+        ),
+        (
+            Role::Endpoints,
+            Some("EndpointSlice"),
+            "TestServiceMonitorWithEndpointSliceAndPrometheusEndpoints.golden",
+        ),
+    ];
+    for (prom_role, smon_role, file) in cases {
+        let mut spec = json!({
+            "selector": {
+                "matchLabels": {"foo": "bar"},
+                "matchExpressions": [{"key": "alpha", "operator": "In", "values": ["beta", "gamma"]}],
+            },
+            "endpoints": [{"port": "web", "interval": "30s"}],
+        });
+        if let Some(r) = smon_role {
+            spec["serviceDiscoveryRole"] = r.into();
+        }
+        let ctx = MonitorContext {
+            service_discovery_role: prom_role,
+            ..op_ctx()
+        };
+        assert_golden(&one_sm(&sm("default", "test", spec), &ctx), file);
+    }
+}
+
+#[test]
+fn golden_pod_monitor_filter_running_false() {
+    // TestPodMonitorPhaseFilter: no phase filter, no selector.
+    let obj = pm(
+        "default",
+        "testpodmonitor1",
+        json!({"podMetricsEndpoints": [{"filterRunning": false, "port": "test"}]}),
+    );
+    assert_golden(&one_pm(&obj, &op_ctx()), "PodMonitorPhaseFilter.golden");
+}
+
+#[test]
+fn golden_pod_monitor_ports() {
+    // TestPodMonitorPortNumber on defaultPodMonitor: port beats portNumber beats targetPort.
+    let cases = [
+        (
+            "podname",
+            1024,
+            json!("10240"),
+            "podMonitorObjectWithPodName.golden",
+        ),
+        (
+            "",
+            1024,
+            json!("10240"),
+            "podMonitorObjectWithPortNumber.golden",
+        ),
+        (
+            "",
+            0,
+            json!(10240),
+            "podMonitorObjectWithTargetPortInt.golden",
+        ),
+        (
+            "",
+            0,
+            json!("10240"),
+            "podMonitorObjectWithTargetPortString.golden",
+        ),
+    ];
+    for (port, number, target, file) in cases {
+        let obj = pm(
+            "default",
+            "defaultPodMonitor",
+            json!({
+                "selector": {"matchLabels": {"group": "group1"}},
+                "podMetricsEndpoints": [{
+                    "port": port, "portNumber": number, "targetPort": target, "interval": "30s",
+                }],
+            }),
+        );
+        assert_golden(&one_pm(&obj, &op_ctx()), file);
+    }
+}
+
+#[test]
+fn golden_tls_secret_references_are_reported() {
+    // TestServiceMonitorScrapeClassWithDefaultTLS, first case: defaultServiceMonitor with a
+    // tlsConfig of Secret references, in a scrape class whose files the references override.
+    let obj = sm(
+        "default",
+        "defaultServiceMonitor",
+        json!({
+            "scrapeClass": "test-tls-scrape-class",
+            "selector": {"matchLabels": {"group": "group1"}},
+            "endpoints": [{
+                "port": "web",
+                "interval": "30s",
+                "tlsConfig": {
+                    "ca": {"secret": {"name": "tls", "key": "ca"}},
+                    "cert": {"secret": {"name": "tls", "key": "cert"}},
+                    "keySecret": {"name": "tls", "key": "private-key"},
+                },
+            }],
+        }),
+    );
+    let job = one_sm(&obj, &op_ctx());
+    let file = "serviceMonitorObjectWithNonDefaultScrapeClassAndExistingTLSConfig.golden";
+    assert_golden(&job, file);
+    // The operator writes the Secrets to files of its own; herald has neither.
+    let cfg = golden_job(file, &job.name);
+    assert_eq!(
+        cfg["tls_config"]["ca_file"].as_str(),
+        Some("/etc/prometheus/certs/0_default_tls_ca")
+    );
+    assert_eq!(
+        job.unsupported,
+        vec![
+            r#"spec.endpoints[0].tlsConfig.ca: Secret "tls" key "ca""#,
+            r#"spec.endpoints[0].tlsConfig.cert: Secret "tls" key "cert""#,
+            r#"spec.endpoints[0].tlsConfig.keySecret: Secret "tls" key "private-key""#,
+            r#"spec.scrapeClass: "test-tls-scrape-class" (scrape classes of the Prometheus resource are not applied)"#,
+        ]
+    );
+    assert_eq!(job.scrape.tls_config, Some(TlsFiles::default()));
+}
+
+#[test]
+fn golden_namespaces() {
+    // TestNamespaceSetCorrectly and TestNamespaceSetCorrectlyForPodMonitor (generateK8SSDConfig
+    // alone: the golden job is "k8s-sd-test").
+    let cases = [
+        (
+            json!({"namespaceSelector": {"matchNames": ["test1", "test2"]}, "attachMetadata": {"node": true}}),
+            false,
+            "namespaces_from_MatchNames_are_returned_instead_of_the_current_namespace.golden",
+        ),
+        (
+            json!({"namespaceSelector": {"any": true}}),
+            false,
+            "Any_returns_an_empty_list_instead_of_the_current_namespace.golden",
+        ),
+        (
+            json!({"namespaceSelector": {"any": true, "matchNames": ["foo", "bar"]}}),
+            false,
+            "Any_takes_precedence_over_MatchNames.golden",
+        ),
+        (
+            json!({"namespaceSelector": {"any": true, "matchNames": ["foo", "bar"]}}),
+            true,
+            "IgnoreNamespaceSelectors_overrides_Any_and_MatchNames.golden",
+        ),
+    ];
+    for (mut spec, ignore, file) in cases {
+        spec["endpoints"] = json!([{}]);
+        let ctx = MonitorContext {
+            ignore_namespace_selectors: ignore,
+            ..op_ctx()
+        };
+        let job = one_sm(&sm("default", "testservicemonitor1", spec), &ctx);
+        let cfg = golden_job(file, "k8s-sd-test");
+        let sd = &cfg["kubernetes_sd_configs"][0];
+        assert_eq!(sd["role"].as_str(), Some("endpoints"));
+        assert_namespaces(&job, sd, file);
+    }
+    let obj = pm(
+        "default",
+        "testpodmonitor1",
+        json!({"namespaceSelector": {"matchNames": ["test"]}, "attachMetadata": {"node": true},
+               "podMetricsEndpoints": [{}]}),
+    );
+    let job = one_pm(&obj, &op_ctx());
+    let file = "NamespaceSetCorrectlyForPodMonitor.golden";
+    let cfg = golden_job(file, "k8s-sd-test");
+    assert_eq!(
+        cfg["kubernetes_sd_configs"][0]["role"].as_str(),
+        Some("pod")
+    );
+    assert_namespaces(&job, &cfg["kubernetes_sd_configs"][0], file);
+}
+
+#[test]
+fn golden_sharding() {
+    // TestShardingRelabelConfigsWithRetention "without_retention": shards 2.
+    let obj = sm(
+        "default",
+        "test",
+        json!({"selector": {"matchLabels": {"foo": "bar"}}, "endpoints": [{"port": "web", "interval": "30s"}]}),
+    );
+    let ctx = MonitorContext {
+        sharding: Some(Sharding {
+            shards: 2,
+            shard: None,
+        }),
+        ..MonitorContext::default()
+    };
+    assert_golden(
+        &one_sm(&obj, &ctx),
+        "ShardingRelabelConfigs_without_retention.golden",
+    );
+}
+
+// --- rules the goldens do not show ------------------------------------------------------------
+
+fn yaml_rules(text: &str) -> Vec<RelabelConfig> {
+    serde_yaml::from_str(text).expect("rules")
+}
+
+#[test]
+fn job_label_and_target_port_of_a_service_monitor() {
+    // No golden covers these: the rules promcfg.go writes for them, spelled out.
+    let obj = sm(
+        "ns",
+        "m",
+        json!({
+            "jobLabel": "app.kubernetes.io/name",
+            "endpoints": [{"targetPort": "metrics"}, {"targetPort": 9100}, {"targetPort": 0}],
+        }),
+    );
+    let jobs = service_monitor_jobs(&obj, &MonitorContext::default()).expect("valid");
+    assert_eq!(jobs.len(), 3);
+    let names: Vec<&str> = jobs.iter().map(|j| j.name.as_str()).collect();
+    assert_eq!(
+        names,
+        [
+            "serviceMonitor/ns/m/0",
+            "serviceMonitor/ns/m/1",
+            "serviceMonitor/ns/m/2"
+        ]
+    );
+    let port_rule = |j: &MonitorJob| j.relabel_configs[1].clone();
+    assert_eq!(
+        vec![port_rule(&jobs[0]), port_rule(&jobs[1])],
+        yaml_rules(
+            "- {action: keep, source_labels: [__meta_kubernetes_pod_container_port_name], regex: metrics}\n\
+             - {action: keep, source_labels: [__meta_kubernetes_pod_container_port_number], regex: '9100'}\n"
+        )
+    );
+    let tail = |j: &MonitorJob, n: usize| j.relabel_configs[j.relabel_configs.len() - n..].to_vec();
+    assert_eq!(
+        tail(&jobs[0], 3),
+        yaml_rules(
+            "- {source_labels: [__meta_kubernetes_service_name], target_label: job, replacement: '${1}'}\n\
+             - {source_labels: [__meta_kubernetes_service_label_app_kubernetes_io_name], target_label: job, regex: (.+), replacement: '${1}'}\n\
+             - {target_label: endpoint, replacement: metrics}\n"
+        )
+    );
+    // targetPort 0: no port rule, but Go's IntOrString.String() still gives endpoint "0".
+    assert_eq!(
+        tail(&jobs[2], 1),
+        yaml_rules("- {target_label: endpoint, replacement: '0'}\n")
+    );
+    assert_eq!(
+        jobs[2].relabel_configs.len(),
+        jobs[0].relabel_configs.len() - 1
+    );
+}
+
+#[test]
+fn pod_monitor_job_label_and_selector_expressions() {
+    let obj = pm(
+        "ns",
+        "m",
+        json!({
+            "jobLabel": "team",
+            "selector": {"matchExpressions": [
+                {"key": "a.b/c", "operator": "NotIn", "values": ["x", "y"]},
+                {"key": "e", "operator": "Exists"},
+                {"key": "d", "operator": "DoesNotExist"},
+            ]},
+            "podMetricsEndpoints": [{"port": "metrics"}],
+        }),
+    );
+    let job = one_pm(&obj, &MonitorContext::default());
+    assert_eq!(
+        job.relabel_configs,
+        yaml_rules(
+            "- {source_labels: [job], target_label: __tmp_prometheus_job_name}\n\
+             - {action: drop, source_labels: [__meta_kubernetes_pod_phase], regex: (Failed|Succeeded)}\n\
+             - {action: drop, source_labels: [__meta_kubernetes_pod_label_a_b_c, __meta_kubernetes_pod_labelpresent_a_b_c], regex: '(x|y);true'}\n\
+             - {action: keep, source_labels: [__meta_kubernetes_pod_labelpresent_e], regex: 'true'}\n\
+             - {action: drop, source_labels: [__meta_kubernetes_pod_labelpresent_d], regex: 'true'}\n\
+             - {action: keep, source_labels: [__meta_kubernetes_pod_container_port_name], regex: metrics}\n\
+             - {source_labels: [__meta_kubernetes_namespace], target_label: namespace}\n\
+             - {source_labels: [__meta_kubernetes_pod_container_name], target_label: container}\n\
+             - {source_labels: [__meta_kubernetes_pod_name], target_label: pod}\n\
+             - {target_label: job, replacement: ns/m}\n\
+             - {source_labels: [__meta_kubernetes_pod_label_team], target_label: job, regex: (.+), replacement: '${1}'}\n\
+             - {target_label: endpoint, replacement: metrics}\n"
+        )
+    );
+}
+
+// --- behaviour on herald's targets ----------------------------------------------------------
+
+fn service(labels: Value) -> k8s_openapi::api::core::v1::Service {
+    serde_json::from_value(json!({
+        "metadata": {"name": "web", "namespace": "prod", "labels": labels},
+        "spec": {"ports": [{"name": "metrics", "port": 9100}, {"name": "http", "port": 80}]},
+    }))
+    .expect("service")
+}
+
+fn pod(phase: &str) -> k8s_openapi::api::core::v1::Pod {
+    serde_json::from_value(json!({
+        "metadata": {"name": "web-0", "namespace": "prod", "labels": {"team": "a"}},
+        "spec": {"nodeName": "n1", "containers": [{"name": "app", "ports": [
+            {"name": "metrics", "containerPort": 9100}, {"name": "http", "containerPort": 80}]}]},
+        "status": {"phase": phase, "podIP": "10.0.0.5"},
+    }))
+    .expect("pod")
+}
+
+fn slice() -> k8s_openapi::api::discovery::v1::EndpointSlice {
+    serde_json::from_value(json!({
+        "metadata": {"name": "web-abc", "namespace": "prod",
+                     "labels": {"kubernetes.io/service-name": "web"}},
+        "addressType": "IPv4",
+        "endpoints": [{"addresses": ["10.0.0.5"], "conditions": {"ready": true},
+                       "targetRef": {"kind": "Pod", "name": "web-0", "namespace": "prod"}}],
+        "ports": [{"name": "metrics", "port": 9100}, {"name": "http", "port": 80}],
+    }))
+    .expect("endpointslice")
+}
+
+/// Herald's endpointslice targets of the `web` service, relabeled by `job` the way Prometheus would
+/// (scrape defaults first, empty values removed, `__` labels dropped after).
+fn scrape(job: &MonitorJob, svc_labels: Value, phase: &str) -> Vec<HttpSdEntry> {
+    let lookup = MapLookup::default()
+        .service(service(svc_labels))
+        .pod(pod(phase));
+    let group = crate::endpointslice_group(&slice(), &lookup, AttachMetadata::default());
+    let rules = crate::relabel::Relabeler::new(job.relabel_configs.clone()).expect("valid");
+    http_sd_entries(&group)
+        .into_iter()
+        .filter_map(|e| {
+            let mut labels = scrape_defaults(job);
+            labels.extend(e.labels);
+            labels.insert("__address__".into(), e.target);
+            labels.retain(|_, v| !v.is_empty());
+            if !rules.process(&mut labels) {
+                return None;
+            }
+            let target = labels.remove("__address__")?;
+            labels.retain(|k, _| !k.starts_with("__"));
+            Some(HttpSdEntry { target, labels })
+        })
+        .collect()
+}
+
+fn web_monitor() -> Value {
+    sm(
+        "prod",
+        "web",
+        json!({
+            "selector": {"matchLabels": {"app": "web"}},
+            "targetLabels": ["tier"],
+            "podTargetLabels": ["team"],
+            "serviceDiscoveryRole": "EndpointSlice",
+            "endpoints": [{"port": "metrics", "interval": "15s"}],
+        }),
+    )
+}
+
+#[test]
+fn a_matching_service_port_is_kept_with_the_operator_labels() {
+    let job = one_sm(&web_monitor(), &MonitorContext::default());
+    assert_eq!(job.role, Role::EndpointSlice);
+    assert_eq!(job.namespaces, ["prod"]);
+    let got = scrape(&job, json!({"app": "web", "tier": "front"}), "Running");
+    assert_eq!(
+        got,
+        vec![HttpSdEntry {
+            target: "10.0.0.5:9100".into(),
+            labels: ls! {
+                "container": "app", "endpoint": "metrics", "job": "web", "namespace": "prod",
+                "pod": "web-0", "service": "web", "team": "a", "tier": "front",
+            },
+        }]
+    );
+}
+
+#[test]
+fn a_service_not_matching_the_selector_or_a_finished_pod_is_dropped() {
+    let job = one_sm(&web_monitor(), &MonitorContext::default());
+    assert_eq!(scrape(&job, json!({"app": "db"}), "Running"), vec![]);
+    assert_eq!(scrape(&job, json!({"tier": "front"}), "Running"), vec![]);
+    assert_eq!(scrape(&job, json!({"app": "web"}), "Succeeded"), vec![]);
+}
+
+#[test]
+fn monitor_relabelings_see_the_prometheus_job_name() {
+    let obj = sm(
+        "prod",
+        "web",
+        json!({
+            "selector": {"matchLabels": {"app": "web"}},
+            "serviceDiscoveryRole": "EndpointSlice",
+            "endpoints": [{"port": "metrics", "relabelings": [
+                {"sourceLabels": ["__tmp_prometheus_job_name"], "targetLabel": "scrape_job"},
+                {"action": "Replace", "targetLabel": "job", "replacement": "custom"},
+            ]}],
+        }),
+    );
+    let job = one_sm(&obj, &MonitorContext::default());
+    let got = scrape(&job, json!({"app": "web"}), "Running");
+    assert_eq!(got.len(), 1);
+    assert_eq!(got[0].labels["scrape_job"], "serviceMonitor/prod/web/0");
+    assert_eq!(got[0].labels["job"], "custom");
+}
+
+#[test]
+fn sharding_with_a_known_shard_keeps_each_target_on_exactly_one_shard() {
+    let kept = |shard| {
+        let ctx = MonitorContext {
+            sharding: Some(Sharding {
+                shards: 3,
+                shard: Some(shard),
+            }),
+            ..MonitorContext::default()
+        };
+        scrape(
+            &one_sm(&web_monitor(), &ctx),
+            json!({"app": "web"}),
+            "Running",
+        )
+        .len()
+    };
+    assert_eq!(kept(0) + kept(1) + kept(2), 1);
+    let ctx = MonitorContext {
+        sharding: Some(Sharding {
+            shards: 0,
+            shard: None,
+        }),
+        ..MonitorContext::default()
+    };
+    assert_eq!(
+        service_monitor_jobs(&web_monitor(), &ctx),
+        Err(MonitorError::NoShards)
+    );
+}
+
+// --- scrape config and unsupported items ----------------------------------------------------
+
+#[test]
+fn secret_references_are_unsupported_and_commented_in_the_scrape_config() {
+    let obj = sm(
+        "prod",
+        "web",
+        json!({
+            "selector": {"matchLabels": {"app": "web"}},
+            "sampleLimit": 5000,
+            "endpoints": [{
+                "port": "metrics",
+                "interval": "30s",
+                "scrapeTimeout": "10s",
+                "path": "/metrics/x",
+                "scheme": "HTTPS",
+                "params": {"module": ["a", "b"]},
+                "honorTimestamps": false,
+                "followRedirects": false,
+                "enableHttp2": true,
+                "bearerTokenFile": "/var/run/secrets/token",
+                "bearerTokenSecret": {"name": "tok", "key": "token"},
+                "basicAuth": {"username": {"name": "ba", "key": "user"}, "password": {"name": "ba", "key": "pass"}},
+                "authorization": {"type": "Bearer", "credentials": {"name": "auth", "key": "c"}},
+                "oauth2": {"clientId": {"configMap": {"name": "oa", "key": "id"}},
+                           "clientSecret": {"name": "oa", "key": "secret"}, "tokenUrl": "https://t"},
+                "tlsConfig": {"caFile": "/etc/ca.pem", "serverName": "web.prod", "insecureSkipVerify": false,
+                              "cert": {"configMap": {"name": "certs", "key": "crt"}}},
+                "metricRelabelings": [{"action": "drop", "sourceLabels": ["__name__"], "regex": "go_.*"}],
+            }],
+        }),
+    );
+    let job = one_sm(&obj, &MonitorContext::default());
+    assert_eq!(
+        job.unsupported,
+        vec![
+            r#"spec.endpoints[0].tlsConfig.cert: ConfigMap "certs" key "crt""#,
+            r#"spec.endpoints[0].bearerTokenSecret: Secret "tok" key "token""#,
+            r#"spec.endpoints[0].basicAuth: username Secret "ba" key "user", password Secret "ba" key "pass""#,
+            r#"spec.endpoints[0].authorization: credentials Secret "auth" key "c""#,
+            r#"spec.endpoints[0].oauth2: clientId ConfigMap "oa" key "id", clientSecret Secret "oa" key "secret""#,
+        ]
+    );
+    let text = scrape_config_yaml(&job, "http://herald:8080/sd?job=serviceMonitor/prod/web/0");
+    assert_eq!(
+        text,
+        scrape_config_yaml(&job, "http://herald:8080/sd?job=serviceMonitor/prod/web/0")
+    );
+    let expected = "\
+# unsupported: spec.endpoints[0].tlsConfig.cert: ConfigMap \"certs\" key \"crt\"
+# unsupported: spec.endpoints[0].bearerTokenSecret: Secret \"tok\" key \"token\"
+# unsupported: spec.endpoints[0].basicAuth: username Secret \"ba\" key \"user\", password Secret \"ba\" key \"pass\"
+# unsupported: spec.endpoints[0].authorization: credentials Secret \"auth\" key \"c\"
+# unsupported: spec.endpoints[0].oauth2: clientId ConfigMap \"oa\" key \"id\", clientSecret Secret \"oa\" key \"secret\"
+- job_name: serviceMonitor/prod/web/0
+  honor_labels: false
+  honor_timestamps: false
+  http_sd_configs:
+  - url: http://herald:8080/sd?job=serviceMonitor/prod/web/0
+  scrape_interval: 30s
+  scrape_timeout: 10s
+  metrics_path: /metrics/x
+  params:
+    module:
+    - a
+    - b
+  scheme: https
+  follow_redirects: false
+  enable_http2: true
+  tls_config:
+    insecure_skip_verify: false
+    server_name: web.prod
+    ca_file: /etc/ca.pem
+  bearer_token_file: /var/run/secrets/token
+  sample_limit: 5000
+  metric_relabel_configs:
+  - source_labels:
+    - __name__
+    regex: go_.*
+    action: drop
+";
+    assert_eq!(text, expected);
+    let parsed: Yaml = serde_yaml::from_str(&text).expect("valid YAML");
+    assert!(parsed[0].get("relabel_configs").is_none());
+}
+
+#[test]
+fn a_plain_monitor_has_nothing_unsupported() {
+    let job = one_sm(&web_monitor(), &MonitorContext::default());
+    assert!(job.unsupported.is_empty());
+    assert!(!scrape_config_yaml(&job, "http://h/sd").contains('#'));
+}
+
+// --- errors ---------------------------------------------------------------------------------
+
+fn err_of(obj: Value) -> String {
+    service_monitor_jobs(&obj, &MonitorContext::default())
+        .expect_err("rejected")
+        .to_string()
+}
+
+#[test]
+fn malformed_monitors_are_errors_naming_the_monitor_and_field() {
+    assert_eq!(err_of(json!("nope")), "ServiceMonitor: not a JSON object");
+    assert_eq!(
+        err_of(json!({"kind": "ServiceMonitor", "metadata": {"namespace": "a"}, "spec": {}})),
+        "ServiceMonitor: metadata.name is missing"
+    );
+    assert_eq!(
+        err_of(
+            json!({"kind": "PodMonitor", "metadata": {"name": "x", "namespace": "a"}, "spec": {}})
+        ),
+        "ServiceMonitor: kind is \"PodMonitor\""
+    );
+    let e = err_of(sm(
+        "a",
+        "m",
+        json!({"endpoints": [{"port": "web"}, {"targetPort": [1]}]}),
+    ));
+    assert!(
+        e.starts_with("ServiceMonitor a/m: spec.endpoints[1].targetPort: "),
+        "{e}"
+    );
+    let e = err_of(sm(
+        "a",
+        "m",
+        json!({"endpoints": [{"relabelings": [{"action": "keep"}, {"action": "nope"}]}]}),
+    ));
+    assert!(
+        e.starts_with("ServiceMonitor a/m: spec.endpoints[0].relabelings[1]: "),
+        "{e}"
+    );
+    let e = err_of(sm(
+        "a",
+        "m",
+        json!({"endpoints": [{"relabelings": [{"regex": "(", "action": "keep"}]}]}),
+    ));
+    assert!(
+        e.starts_with("ServiceMonitor a/m: spec.endpoints[0].relabelings[0]: "),
+        "{e}"
+    );
+    let e = err_of(sm("a", "m", json!({"endpoints": [{"scheme": "ftp"}]})));
+    assert_eq!(
+        e,
+        "ServiceMonitor a/m: spec.endpoints[0].scheme: \"ftp\" is not one of HTTP, HTTPS"
+    );
+    let e = err_of(sm(
+        "a",
+        "m",
+        json!({"serviceDiscoveryRole": "Pod", "endpoints": [{}]}),
+    ));
+    assert!(
+        e.starts_with("ServiceMonitor a/m: spec.serviceDiscoveryRole: "),
+        "{e}"
+    );
+    let e = err_of(sm(
+        "a",
+        "m",
+        json!({"selector": {"matchExpressions": [{"key": "k", "operator": "Gt"}]}, "endpoints": [{}]}),
+    ));
+    assert!(
+        e.starts_with("ServiceMonitor a/m: spec.selector.matchExpressions[0].operator: "),
+        "{e}"
+    );
+    let e = err_of(sm(
+        "a",
+        "m",
+        json!({"sampleLimit": "many", "endpoints": []}),
+    ));
+    assert!(
+        e.starts_with("ServiceMonitor a/m: spec.sampleLimit: "),
+        "{e}"
+    );
+    let e = pod_monitor_jobs(
+        &pm(
+            "a",
+            "p",
+            json!({"podMetricsEndpoints": [{"portNumber": "x"}]}),
+        ),
+        &MonitorContext::default(),
+    )
+    .expect_err("rejected")
+    .to_string();
+    assert!(
+        e.starts_with("PodMonitor a/p: spec.podMetricsEndpoints[0].portNumber: "),
+        "{e}"
+    );
+}
+
+#[test]
+fn nulls_and_missing_lists_read_as_empty() {
+    let obj = sm(
+        "a",
+        "m",
+        json!({"selector": {"matchLabels": null}, "targetLabels": null, "endpoints": null}),
+    );
+    assert_eq!(
+        service_monitor_jobs(&obj, &MonitorContext::default()),
+        Ok(vec![])
+    );
+    let obj = pm(
+        "a",
+        "p",
+        json!({"podMetricsEndpoints": [{"relabelings": null, "port": null}]}),
+    );
+    assert_eq!(
+        one_pm(&obj, &MonitorContext::default()).name,
+        "podMonitor/a/p/0"
+    );
+}
+
+#[test]
+fn label_names_are_sanitized_as_the_operator_does() {
+    assert_eq!(
+        sanitize_label_name("app.kubernetes.io/name"),
+        "app_kubernetes_io_name"
+    );
+    assert_eq!(sanitize_label_name("é-x_1"), "__x_1");
+}
