@@ -139,6 +139,15 @@ fn istio_before_1_20_is_advised_a_namespace_that_does_not_exist_instead_of_tilde
     );
     assert_eq!(recreated["spec"]["clusterIP"], "None");
     assert!(recreated["spec"].get("clusterIPs").is_none());
+    // The finding also points at what replaces the Service: a PodMonitor, served by herald as a job.
+    let steps = &finding(&r, "HA004", "Service apps/api-metrics").fix.steps;
+    assert!(
+        steps
+            .iter()
+            .any(|s| s.contains("PodMonitor apps/api-metrics")
+                && s.contains("podMonitor/apps/api-metrics/0")),
+        "{steps:?}"
+    );
     assert!(recreated["metadata"].get("resourceVersion").is_none());
     assert!(recreated["metadata"].get("uid").is_none());
 }

@@ -45,6 +45,72 @@ pub struct Config {
     pub kube_api: KubeApiConfig,
     /// The `server:` section: how herald's own port is secured.
     pub server: ServerConfig,
+    /// The `monitors:` section: prometheus-operator ServiceMonitors and PodMonitors served as jobs.
+    /// Unset: herald does not read monitors.
+    pub monitors: Option<MonitorsConfig>,
+}
+
+/// `monitors:`: which prometheus-operator monitors herald serves, selected as a Prometheus object's
+/// `serviceMonitorSelector`/`podMonitorSelector` and `*NamespaceSelector` select them.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MonitorsConfig {
+    /// Serve `monitoring.coreos.com/v1` ServiceMonitors (default true).
+    #[serde(default = "yes")]
+    pub service_monitors: bool,
+    /// Serve `monitoring.coreos.com/v1` PodMonitors (default true).
+    #[serde(default = "yes")]
+    pub pod_monitors: bool,
+    /// Namespaces whose monitors are taken; empty: every namespace.
+    #[serde(default)]
+    pub namespaces: Vec<String>,
+    /// A label selector (kubectl syntax) the monitors must match; empty: every monitor.
+    #[serde(default)]
+    pub selector: String,
+    /// How ServiceMonitors discover, as the Prometheus object's `serviceDiscoveryRole`: `Endpoints`
+    /// (the operator's default) or `EndpointSlice`.
+    #[serde(default = "endpoints_role")]
+    pub service_discovery_role: String,
+    /// As the Prometheus object's `ignoreNamespaceSelectors`: every monitor discovers in its own
+    /// namespace only.
+    #[serde(default)]
+    pub ignore_namespace_selectors: bool,
+    /// `<namespace>/<name>` of a `monitoring.coreos.com/v1` Prometheus object: take the selection from
+    /// it instead (`serviceMonitorSelector`, `serviceMonitorNamespaceSelector`, `podMonitorSelector`,
+    /// `podMonitorNamespaceSelector`, `serviceDiscoveryRole`, `ignoreNamespaceSelectors`), following
+    /// its changes. `namespaces`, `selector` and `ignore_namespace_selectors` must then be unset.
+    #[serde(default)]
+    pub prometheus: Option<String>,
+}
+
+fn yes() -> bool {
+    true
+}
+
+fn endpoints_role() -> String {
+    "Endpoints".into()
+}
+
+impl MonitorsConfig {
+    /// The parsed `selector`.
+    pub fn label_selector(&self) -> kube_selectors::LabelSelector {
+        kube_selectors::LabelSelector::parse(&self.selector)
+            .expect("parse_config validated monitors.selector")
+    }
+
+    /// The Prometheus object the selection comes from, as (namespace, name).
+    pub fn prometheus_object(&self) -> Option<(&str, &str)> {
+        self.prometheus.as_deref().and_then(|p| p.split_once('/'))
+    }
+
+    /// The role ServiceMonitors discover with.
+    pub fn service_role(&self) -> Role {
+        if self.service_discovery_role == "EndpointSlice" {
+            Role::EndpointSlice
+        } else {
+            Role::Endpoints
+        }
+    }
 }
 
 /// `kube_api:`: what herald's Kubernetes API face serves and how. Resource names are resolved (and
@@ -218,6 +284,8 @@ struct RawConfig {
     kube_api: Option<serde_yaml::Value>,
     #[serde(default)]
     server: Option<serde_yaml::Value>,
+    #[serde(default)]
+    monitors: Option<serde_yaml::Value>,
 }
 
 /// A job's top level. Sections stay raw YAML so each is decoded on its own and its errors can say
@@ -313,6 +381,43 @@ pub fn parse_config(yaml: &str) -> Result<Config, ConfigError> {
             serde_yaml::from_value(v).map_err(|e| ConfigError::Yaml(format!("kube_api: {e}")))?
         }
     };
+    let monitors = match raw.monitors {
+        None | Some(serde_yaml::Value::Null) => None,
+        Some(v) => {
+            let m: MonitorsConfig = serde_yaml::from_value(v)
+                .map_err(|e| ConfigError::Yaml(format!("monitors: {e}")))?;
+            kube_selectors::LabelSelector::parse(&m.selector).map_err(|e| {
+                ConfigError::Yaml(format!("monitors.selector {:?}: {e}", m.selector))
+            })?;
+            if let Some(p) = &m.prometheus {
+                let valid = p.split_once('/').is_some_and(|(ns, name)| {
+                    !ns.is_empty() && !name.is_empty() && !name.contains('/')
+                });
+                if !valid {
+                    return Err(ConfigError::Yaml(format!(
+                        "monitors.prometheus {p:?}: must be <namespace>/<name>"
+                    )));
+                }
+                if !m.namespaces.is_empty()
+                    || !m.selector.is_empty()
+                    || m.ignore_namespace_selectors
+                {
+                    return Err(ConfigError::Yaml(format!(
+                        "monitors.prometheus {p:?} takes the selection from the Prometheus object: \
+                         leave monitors.namespaces, monitors.selector and \
+                         monitors.ignore_namespace_selectors unset"
+                    )));
+                }
+            }
+            if !["Endpoints", "EndpointSlice"].contains(&m.service_discovery_role.as_str()) {
+                return Err(ConfigError::Yaml(format!(
+                    "monitors.service_discovery_role {:?}: must be Endpoints or EndpointSlice",
+                    m.service_discovery_role
+                )));
+            }
+            Some(m)
+        }
+    };
     let server = match raw.server {
         None | Some(serde_yaml::Value::Null) => ServerConfig::default(),
         Some(v) => {
@@ -323,6 +428,7 @@ pub fn parse_config(yaml: &str) -> Result<Config, ConfigError> {
         jobs,
         kube_api,
         server,
+        monitors,
     })
 }
 

@@ -51,6 +51,10 @@ pub fn http_sd_entries(group: &TargetGroup) -> Vec<HttpSdEntry> {
 pub struct JobRelabel {
     rules: Relabeler,
     keep_meta: bool,
+    /// The labels Prometheus sets before a job's relabeling (`job`, `__scheme__`, `__metrics_path__`,
+    /// ...), when herald writes the consumer's scrape config and so knows them (a monitor job): the
+    /// operator's rules read `job`.
+    defaults: LabelSet,
 }
 
 /// Prefix of the discovery labels removed after relabeling.
@@ -68,13 +72,38 @@ impl JobRelabel {
         Some(JobRelabel {
             rules,
             keep_meta: job.keep_meta_labels,
+            defaults: LabelSet::new(),
         })
+    }
+
+    /// The relabeling by `rules` (validated here), keeping `__meta_*` labels when `keep_meta`.
+    pub fn new(
+        rules: Vec<crate::relabel::RelabelConfig>,
+        keep_meta: bool,
+    ) -> Result<JobRelabel, crate::relabel::RelabelError> {
+        Ok(JobRelabel {
+            rules: Relabeler::new(rules)?,
+            keep_meta,
+            defaults: LabelSet::new(),
+        })
+    }
+
+    /// As Prometheus does before a job's relabeling, set each of `defaults` that discovery did not
+    /// (for jobs whose scrape config herald writes, so it knows them).
+    pub fn with_defaults(mut self, defaults: LabelSet) -> JobRelabel {
+        self.defaults = defaults;
+        self
     }
 
     /// Relabel one target: `labels` holds all its labels, `__address__` included. Returns the final
     /// address and leaves in `labels` what is served with it; `None` when the target is dropped.
     pub fn apply(&self, labels: &mut LabelSet) -> Option<String> {
         labels.retain(|_, v| !v.is_empty());
+        for (k, v) in &self.defaults {
+            if !labels.contains_key(k) {
+                labels.insert(k.clone(), v.clone());
+            }
+        }
         if !self.rules.process(labels) {
             return None;
         }

@@ -28,7 +28,9 @@ use k8s_openapi::api::core::v1::{Endpoints, Node, Pod, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::api::networking::v1::Ingress;
 
-pub use config::{Config, ConfigError, Job, KindRef, KubeApiConfig, ServerConfig, parse_config};
+pub use config::{
+    Config, ConfigError, Job, KindRef, KubeApiConfig, MonitorsConfig, ServerConfig, parse_config,
+};
 pub use httpsd::{HttpSdEntry, JobRelabel, encode_http_sd, http_sd_entries};
 pub use relabel::{RelabelConfig, RelabelError, Relabeler};
 pub use shard::hashmod;

@@ -420,6 +420,36 @@ fn given_or(field: Option<Option<String>>, default: &str) -> String {
 }
 
 impl RelabelConfig {
+    /// The rule in Prometheus's YAML syntax, fields left at their default omitted, so it reads back
+    /// as the same rule (and passes the same validation) in Prometheus or herald.
+    pub fn to_yaml(&self) -> serde_yaml::Value {
+        use serde_yaml::Value as Y;
+        let mut m = serde_yaml::Mapping::new();
+        if let Some(source) = &self.source_labels {
+            m.insert(
+                "source_labels".into(),
+                Y::Sequence(source.iter().map(|s| Y::from(s.as_str())).collect()),
+            );
+        }
+        if self.separator != DEFAULT_SEPARATOR {
+            m.insert("separator".into(), self.separator.as_str().into());
+        }
+        if !self.regex.is_default() {
+            m.insert("regex".into(), self.regex.as_str().into());
+        }
+        if self.modulus != 0 {
+            m.insert("modulus".into(), self.modulus.into());
+        }
+        if !self.target_label.is_empty() {
+            m.insert("target_label".into(), self.target_label.as_str().into());
+        }
+        if self.replacement != DEFAULT_REPLACEMENT {
+            m.insert("replacement".into(), self.replacement.as_str().into());
+        }
+        m.insert("action".into(), self.action.as_str().into());
+        Y::Mapping(m)
+    }
+
     /// The source labels (none when not given).
     pub fn source_labels(&self) -> &[String] {
         self.source_labels.as_deref().unwrap_or_default()

@@ -21,6 +21,8 @@ pub enum FilterError {
         "job {job:?}: attach_metadata.{field} is not supported by herald (it would need a ReplicaSet/Job watch)"
     )]
     OwnerMetadataUnsupported { job: String, field: &'static str },
+    #[error("job {job:?}: names starting with {prefix:?} are reserved for the monitors' base jobs")]
+    ReservedName { job: String, prefix: &'static str },
 }
 
 /// A job as the index needs it: the parts of a `kubernetes_sd_configs` entry that decide its targets.

@@ -21,7 +21,9 @@ pub use query::{QueryError, SdQuery, parse_duration};
 /// The whole HTTP surface over `shared`.
 pub fn app(shared: Arc<Shared>) -> Router {
     Router::new()
-        .route("/sd/v1/{job}", get(sd::job))
+        // A wildcard: monitor jobs are named `serviceMonitor/<namespace>/<name>/<index>`.
+        .route("/sd/v1/{*job}", get(sd::job))
+        .route("/scrape-configs", get(sd::scrape_configs))
         .route("/", get(status::page))
         .route("/status.json", get(status::json))
         .route("/sd/v1", get(sd::list_jobs))

@@ -210,6 +210,32 @@ impl Index {
         }
     }
 
+    /// As `cut`, only the groups of objects in `namespaces` (every group when empty). Groups are kept
+    /// in (namespace, name) order, so each namespace is one range of the map.
+    pub fn cut_namespaces(&self, job: usize, namespaces: &[String]) -> JobCut {
+        if namespaces.is_empty() {
+            return self.cut(job);
+        }
+        let state = &self.jobs[job];
+        let mut sorted: Vec<&str> = namespaces.iter().map(String::as_str).collect();
+        sorted.sort_unstable();
+        sorted.dedup();
+        let mut groups = Vec::new();
+        for ns in sorted {
+            groups.extend(
+                state
+                    .groups
+                    .range(ObjectKey::new(ns, "")..)
+                    .take_while(|(k, _)| &*k.namespace == ns)
+                    .map(|(_, g)| g.clone()),
+            );
+        }
+        JobCut {
+            generation: state.generation,
+            groups,
+        }
+    }
+
     pub fn generation(&self, job: usize) -> u64 {
         self.jobs[job].generation
     }

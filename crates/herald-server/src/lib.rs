@@ -20,6 +20,7 @@ pub mod http;
 pub mod index;
 pub mod kube_api;
 pub mod metrics;
+pub mod monitors;
 pub mod reference;
 pub mod segments;
 pub mod serve;

@@ -33,6 +33,9 @@ pub struct ServeOptions {
     pub security: Security,
     /// Upstream objects larger than this are refused and counted; their last good version stays.
     pub max_object_bytes: usize,
+    /// prometheus-operator monitors served as jobs; the specs must include their base jobs
+    /// (`job_specs` adds them).
+    pub monitors: Option<herald_core::MonitorsConfig>,
 }
 
 impl Default for ServeOptions {
@@ -44,6 +47,7 @@ impl Default for ServeOptions {
             kube: None,
             security: Security::default(),
             max_object_bytes: crate::frames::DEFAULT_MAX_OBJECT_BYTES,
+            monitors: None,
         }
     }
 }
@@ -187,11 +191,23 @@ pub fn job_specs(
     config: &herald_core::Config,
     own_namespace: Option<&str>,
 ) -> Result<Vec<JobSpec>, FilterError> {
-    config
+    let mut specs = config
         .jobs
         .iter()
-        .map(|j| JobSpec::from_job(j, own_namespace))
-        .collect()
+        .map(|j| {
+            if config.monitors.is_some() && j.name.starts_with(crate::monitors::BASE_PREFIX) {
+                return Err(FilterError::ReservedName {
+                    job: j.name.clone(),
+                    prefix: crate::monitors::BASE_PREFIX,
+                });
+            }
+            JobSpec::from_job(j, own_namespace)
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    if let Some(m) = &config.monitors {
+        specs.extend(crate::monitors::base_specs(m)?);
+    }
+    Ok(specs)
 }
 
 /// Serves `app` on `listener` until `shutdown`: over TLS when `tls` is given, else plain HTTP with a
@@ -314,16 +330,27 @@ impl Herald {
             .spawn(async move { upstream::client(kube_config, &ua) })
             .await
             .map_err(|e| ServeError::Runtime(std::io::Error::other(e)))??;
-        let shared = match &options.kube {
+        let api = match &options.kube {
             Some(k) => {
                 let mut api = k.api.clone();
                 for c in &k.custom {
                     api.resources.push(resolve_custom(&client, c).await?);
                 }
-                Shared::with_kube_api(specs, api)
+                Some(api)
             }
-            None => Shared::new(specs),
+            None => None,
         };
+        let mut monitor_resources = Vec::new();
+        if let Some(m) = &options.monitors {
+            for c in crate::monitors::resources(m) {
+                monitor_resources.push(resolve_custom(&client, &c).await?);
+            }
+            // A Prometheus object's namespace selectors match namespaces by their labels.
+            if m.prometheus.is_some() {
+                monitor_resources.push(crate::cluster::WatchKind::Namespace.resource());
+            }
+        }
+        let shared = Shared::with_monitors(specs, api, monitor_resources, options.monitors.clone());
         shared.set_max_object_bytes(options.max_object_bytes);
         let listener = bind(options.listen).await?;
         let addr = local_addr(&listener, options.listen)?;
@@ -372,6 +399,12 @@ impl Herald {
             tracing::info!(addr = %at, auth = security.authenticates(), tls = k.tls.is_some(), "serving the Kubernetes API");
         }
 
+        if shared.monitors.config.is_some() {
+            tasks.push(tokio::spawn(crate::monitors::run(
+                shared.clone(),
+                shutdown.clone(),
+            )));
+        }
         let app = crate::auth::guard(
             crate::http::app(shared.clone()),
             &options.security,

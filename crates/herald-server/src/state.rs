@@ -89,20 +89,38 @@ pub struct Shared {
     max_object_bytes: AtomicUsize,
     /// Cancelled when herald shuts down: waiting long-polls answer at once instead of holding it up.
     shutdown: CancellationToken,
+    /// prometheus-operator monitors served as jobs (`monitors:` in the job file).
+    pub monitors: crate::monitors::MonitorState,
 }
 
 impl Shared {
     /// Discovery only: the cache holds what the jobs need and records no watch history.
     pub fn new(specs: Vec<JobSpec>) -> Arc<Shared> {
-        Shared::build(specs, None)
+        Shared::build(specs, None, vec![], None)
     }
 
     /// Discovery and the Kubernetes API face: the cache also holds `kube.resources`.
     pub fn with_kube_api(specs: Vec<JobSpec>, kube: KubeApiOptions) -> Arc<Shared> {
-        Shared::build(specs, Some(kube))
+        Shared::build(specs, Some(kube), vec![], None)
     }
 
-    fn build(specs: Vec<JobSpec>, kube: Option<KubeApiOptions>) -> Arc<Shared> {
+    /// Discovery, the Kubernetes API face when `kube` is set, and prometheus-operator monitors when
+    /// `monitors` is set (`extra`: the monitor resources, cached with their JSON).
+    pub fn with_monitors(
+        specs: Vec<JobSpec>,
+        kube: Option<KubeApiOptions>,
+        extra: Vec<kube_face::Resource>,
+        monitors: Option<herald_core::MonitorsConfig>,
+    ) -> Arc<Shared> {
+        Shared::build(specs, kube, extra, monitors)
+    }
+
+    fn build(
+        specs: Vec<JobSpec>,
+        kube: Option<KubeApiOptions>,
+        extra: Vec<kube_face::Resource>,
+        monitors: Option<herald_core::MonitorsConfig>,
+    ) -> Arc<Shared> {
         let metrics = Metrics::default();
         let mut kinds = Vec::new();
         let mut jobs = Vec::new();
@@ -140,6 +158,14 @@ impl Shared {
                 }
             }
         }
+        for r in extra {
+            if !resources
+                .iter()
+                .any(|have| have.plural == r.plural && have.group == r.group)
+            {
+                resources.push(r);
+            }
+        }
         let window = kube.as_ref().map_or(1, |k| k.history_window);
         let cache = Cache::new(resources, window, kube.is_some());
         for r in cache.ids() {
@@ -152,11 +178,12 @@ impl Shared {
         let heads = cache
             .ids()
             .map(|r| {
+                let kind = cache.get(r).watch_kind;
                 let keep = cache.keeps_bytes()
-                    || cache
-                        .get(r)
-                        .watch_kind
-                        .is_none_or(|k| specs.iter().any(|s| s.filter.selects(k)));
+                    || kind.is_none_or(|k| specs.iter().any(|s| s.filter.selects(k)))
+                    // A Prometheus object's namespace selectors read namespaces' labels.
+                    || (kind == Some(WatchKind::Namespace)
+                        && monitors.as_ref().is_some_and(|m| m.prometheus.is_some()));
                 if keep {
                     Wanted::ALL
                 } else {
@@ -185,6 +212,7 @@ impl Shared {
             consumers: crate::status::Consumers::default(),
             max_object_bytes: AtomicUsize::new(crate::frames::DEFAULT_MAX_OBJECT_BYTES),
             shutdown: CancellationToken::new(),
+            monitors: crate::monitors::MonitorState::new(monitors),
         })
     }
 
@@ -227,6 +255,16 @@ impl Shared {
 
     fn index(&self) -> MutexGuard<'_, Index> {
         self.index.lock().expect("index lock poisoned")
+    }
+
+    /// Job `j`'s published generation.
+    pub fn generation(&self, j: usize) -> u64 {
+        *self.jobs[j].generation_tx.borrow()
+    }
+
+    /// Job `j`'s groups of objects in `namespaces` (all when empty), at its current generation.
+    pub fn cut_namespaces(&self, j: usize, namespaces: &[String]) -> crate::index::JobCut {
+        self.index().cut_namespaces(j, namespaces)
     }
 
     /// Holds every job back until each kind it reads has been listed in full (see
@@ -463,7 +501,7 @@ impl Shared {
     }
 
     pub fn ready(&self) -> bool {
-        self.unsynced_kinds().is_empty()
+        self.unsynced_kinds().is_empty() && self.monitors.ready()
     }
 
     /// Marks a watched kind failing (`stale = true`) or healthy again.

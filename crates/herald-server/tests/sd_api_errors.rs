@@ -113,3 +113,30 @@ async fn an_unknown_path_is_a_404_with_a_json_error() {
     assert_status(&res, StatusCode::NOT_FOUND);
     assert!(body_json(res).await["error"].is_string());
 }
+
+#[tokio::test]
+async fn scrape_configs_without_monitors_is_an_empty_list_and_bad_parameters_are_named() {
+    let shared = mk_pod_job(3);
+    let res = get(&shared, "/scrape-configs", &[]).await;
+    assert_status(&res, StatusCode::OK);
+    let yaml = String::from_utf8(body_bytes(res).await).expect("utf-8");
+    let parsed: serde_yaml::Value = serde_yaml::from_str(&yaml).expect("YAML");
+    assert_eq!(
+        parsed["scrape_configs"].as_sequence().map(Vec::len),
+        Some(0),
+        "{yaml}"
+    );
+    for (uri, needle) in [
+        ("/scrape-configs?shards=2", "shard"),
+        ("/scrape-configs?shard=3&shards=2", "shard"),
+        ("/scrape-configs?bas=x", "\"bas\""),
+    ] {
+        let res = get(&shared, uri, &[]).await;
+        assert_status(&res, StatusCode::BAD_REQUEST);
+        let body = body_json(res).await;
+        assert!(
+            body["error"].as_str().is_some_and(|e| e.contains(needle)),
+            "{uri}: {body}"
+        );
+    }
+}

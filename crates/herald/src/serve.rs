@@ -41,6 +41,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
             kube,
             security,
             max_object_bytes: args.max_object_bytes,
+            monitors: config.monitors.clone(),
         },
     )
     .await?;

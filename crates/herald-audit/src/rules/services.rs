@@ -152,6 +152,7 @@ fn metrics_only_cluster_ip(facts: &Facts<'_>, _: &super::Options) -> Outcome {
                     "the name, labels and ports are unchanged, so ServiceMonitors and job labels are too; \
                      targets drop for at most one discovery refresh"
                         .into(),
+                    without_service(ns, name, svc, m),
                 ],
                 actions: vec![
                     Action { verb: Verb::Delete, object: me.clone() },
@@ -163,6 +164,35 @@ fn metrics_only_cluster_ip(facts: &Facts<'_>, _: &super::Options) -> Outcome {
         });
     }
     Outcome::Ran(findings)
+}
+
+/// The alternative that needs no Service at all: a PodMonitor on the same pods, which herald serves as
+/// the job `podMonitor/<ns>/<name>/0` (`herald serve` with `monitors:`).
+fn without_service(ns: &str, name: &str, svc: &Service, m: &Monitored<'_>) -> String {
+    let selector = svc
+        .spec
+        .as_ref()
+        .and_then(|s| s.selector.as_ref())
+        .map(|s| {
+            s.iter()
+                .map(|(k, v)| format!("{k}: {v}"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        })
+        .unwrap_or_default();
+    let ports = m
+        .scraped_ports
+        .iter()
+        .cloned()
+        .collect::<Vec<_>>()
+        .join(", ");
+    format!(
+        "or drop the Service altogether: a PodMonitor {ns}/{name} selecting its pods \
+         (matchLabels {{{selector}}}) on the container ports behind {ports}, with a relabeling setting \
+         job to {name}, scrapes the same pods without a cluster IP; herald serves it as the job \
+         podMonitor/{ns}/{name}/0 (herald serve with monitors:), or a herald job of role pod \
+         keeping those pods does without the operator"
+    )
 }
 
 /// The name of the `-metrics` twin of a traffic Service.

@@ -507,3 +507,42 @@ fn the_server_section_takes_tls_tokens_and_a_client_ca_and_rejects_unknown_field
         "{e}"
     );
 }
+
+#[test]
+fn the_monitors_section_defaults_to_every_monitor_and_names_what_is_wrong() {
+    let cfg = parse_config("jobs: []\nmonitors: {}\n").expect("valid");
+    let m = cfg.monitors.expect("monitors on");
+    assert!(m.service_monitors && m.pod_monitors);
+    assert_eq!(m.service_role(), Role::Endpoints);
+    assert_eq!(m.prometheus_object(), None);
+    assert!(
+        parse_config("jobs: []\n")
+            .expect("valid")
+            .monitors
+            .is_none()
+    );
+    let p = parse_config(
+        "jobs: []\nmonitors: {prometheus: monitoring/k8s, service_discovery_role: EndpointSlice}\n",
+    )
+    .expect("valid")
+    .monitors
+    .expect("on");
+    assert_eq!(p.prometheus_object(), Some(("monitoring", "k8s")));
+    assert_eq!(p.service_role(), Role::EndpointSlice);
+    for (yaml, needle) in [
+        ("monitors: {prometheus: k8s}", "must be <namespace>/<name>"),
+        (
+            "monitors: {prometheus: monitoring/k8s, selector: a=b}",
+            "leave monitors.namespaces",
+        ),
+        ("monitors: {selector: 'a in (b'}", "monitors.selector"),
+        (
+            "monitors: {service_discovery_role: Pods}",
+            "Endpoints or EndpointSlice",
+        ),
+        ("monitors: {podmonitors: true}", "podmonitors"),
+    ] {
+        let e = parse_config(&format!("jobs: []\n{yaml}\n")).expect_err(yaml);
+        assert!(e.to_string().contains(needle), "{yaml}: {e}");
+    }
+}

@@ -1403,3 +1403,20 @@ fn scalars_read_as_strings_where_strings_are_expected() {
     let mut lset = labels(&[("p", "80")]);
     assert!(config.apply(&mut lset));
 }
+
+#[test]
+fn a_rule_written_back_as_yaml_reads_as_the_same_rule() {
+    let yaml = "\
+- {source_labels: [a, b], separator: '/', regex: '(.+)', target_label: t, replacement: 'x$1'}
+- {action: labeldrop, regex: 'tmp_.*'}
+- {source_labels: [a], modulus: 4, target_label: h, action: hashmod}
+- {source_labels: [a], target_label: b, action: keepequal}
+- {target_label: c, replacement: v}
+";
+    let rules: Vec<RelabelConfig> = serde_yaml::from_str(yaml).expect("rules");
+    for r in &rules {
+        let back: RelabelConfig = serde_yaml::from_value(r.to_yaml()).expect("reads back");
+        assert_eq!(&back, r);
+        back.validate().expect("still valid");
+    }
+}

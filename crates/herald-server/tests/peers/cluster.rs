@@ -50,7 +50,10 @@ pub async fn start_herald(sim: &Sim, jobs_yaml: &str) -> Herald {
     let herald = Herald::start(
         specs,
         kube::Config::new(sim.url().parse().expect("kube-sim's url")),
-        ServeOptions::default(),
+        ServeOptions {
+            monitors: cfg.monitors.clone(),
+            ..ServeOptions::default()
+        },
     )
     .await
     .expect("herald starts");

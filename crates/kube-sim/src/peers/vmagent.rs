@@ -84,6 +84,30 @@ impl VmAgent {
             .collect()
     }
 
+    /// The final labels of every active target by scrape pool (the scrape config's `job_name`, which
+    /// the target's `job` label need not equal), each pool's list sorted.
+    pub async fn active_targets_by_pool(
+        &mut self,
+    ) -> Result<std::collections::BTreeMap<String, Vec<Labels>>, String> {
+        let data = self.peer.api("/api/v1/targets?state=active").await?;
+        let active = data["activeTargets"]
+            .as_array()
+            .ok_or_else(|| format!("no data.activeTargets array in {data}"))?;
+        let mut out: std::collections::BTreeMap<String, Vec<Labels>> = Default::default();
+        for t in active {
+            let labels = serde_json::from_value::<Labels>(t["labels"].clone())
+                .map_err(|e| format!("labels is not a string map: {e}: {t}"))?;
+            let pool = t["scrapePool"]
+                .as_str()
+                .ok_or_else(|| format!("no scrapePool in {t}"))?;
+            out.entry(pool.to_string()).or_default().push(labels);
+        }
+        for v in out.values_mut() {
+            v.sort();
+        }
+        Ok(out)
+    }
+
     /// Lines vmagent logged at error level (failed lists and watches, undecodable objects).
     pub fn errors(&self) -> Vec<String> {
         self.peer.log_lines_with(&["\terror\t", "\tfatal\t"])

@@ -1,0 +1,524 @@
+//! prometheus-operator monitors served as HTTP SD jobs: each endpoint of each selected ServiceMonitor and
+//! PodMonitor is a job named as the operator names it (`serviceMonitor/<ns>/<name>/<i>`), whose targets
+//! are what the operator's generated scrape config would keep, with its final labels.
+//!
+//! How: a monitor job is a view over one base job of its role (`monitor-base-endpoints`,
+//! `-endpointslice`, `-pod`: every object, all namespaces), restricted to the namespaces the monitor
+//! discovers in (one range of the base job's groups each) and relabeled by the rules the operator would
+//! generate (herald-core `monitor`). Views hold no targets of their own: a body is encoded on request
+//! per (view, shard, base generation) and cached like a job's, copying the bytes of unchanged groups.
+//! NB: thousands of monitors therefore cost herald the base jobs plus their encoded bodies, not one
+//! index per monitor. Monitors are read from herald's cache (one list+watch per kind, like every other
+//! resource) and the views are rebuilt whenever one changes — no restart.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::Duration;
+
+use herald_core::monitor::{self, MonitorContext, MonitorJob};
+use herald_core::{JobRelabel, MonitorsConfig, Role};
+use kube_face::ResId;
+use tokio_util::sync::CancellationToken;
+
+use crate::filter::{FilterError, JobSpec};
+use crate::serve::CustomRef;
+use crate::snapshot::{Encoded, Shard};
+use crate::state::Shared;
+
+/// Prefix of the base jobs' names; no configured job may start with it.
+pub const BASE_PREFIX: &str = "monitor-base-";
+
+/// The name of the base job of `role`.
+pub fn base_name(role: Role) -> String {
+    format!("{BASE_PREFIX}{}", role.as_str())
+}
+
+/// The roles monitors need base jobs for.
+pub fn base_roles(cfg: &MonitorsConfig) -> Vec<Role> {
+    let mut roles = Vec::new();
+    if cfg.service_monitors {
+        roles.push(cfg.service_role());
+    }
+    if cfg.pod_monitors {
+        roles.push(Role::Pod);
+    }
+    roles
+}
+
+/// The base jobs: every object of each role, in every namespace, no attached metadata.
+pub fn base_specs(cfg: &MonitorsConfig) -> Result<Vec<JobSpec>, FilterError> {
+    let mut yaml = String::from("jobs:\n");
+    for role in base_roles(cfg) {
+        yaml.push_str(&format!(
+            "- {{name: {}, role: {}}}\n",
+            base_name(role),
+            role.as_str()
+        ));
+    }
+    let config = herald_core::parse_config(&yaml).expect("the base jobs are a valid job file");
+    config
+        .jobs
+        .iter()
+        .map(|j| JobSpec::from_job(j, None))
+        .collect()
+}
+
+/// The custom resources herald must cache for `cfg`.
+pub fn resources(cfg: &MonitorsConfig) -> Vec<CustomRef> {
+    let crd = |plural: &str| {
+        (
+            "monitoring.coreos.com".to_string(),
+            "v1".to_string(),
+            plural.to_string(),
+        )
+    };
+    let mut out = Vec::new();
+    if cfg.service_monitors {
+        out.push(crd("servicemonitors"));
+    }
+    if cfg.pod_monitors {
+        out.push(crd("podmonitors"));
+    }
+    if cfg.prometheus.is_some() {
+        out.push(crd("prometheuses"));
+    }
+    out
+}
+
+/// One monitor endpoint served as a job.
+#[derive(Debug)]
+pub struct View {
+    pub job: MonitorJob,
+    pub relabel: JobRelabel,
+    /// Index of the base job it reads.
+    pub base: usize,
+}
+
+/// Every monitor job, and what could not be served.
+#[derive(Debug, Default)]
+pub struct Views {
+    pub by_name: BTreeMap<String, Arc<View>>,
+    /// Monitors that could not be translated, each with why.
+    pub problems: Vec<String>,
+    /// Monitors selected.
+    pub monitors: usize,
+}
+
+/// Bodies of views kept at most; past it the cache starts over (as `EncodedCache`).
+const MAX_BODIES: usize = 16_384;
+
+/// A view's body: the view it was built for, the base job's generation, the body.
+type ViewBody = (Arc<View>, u64, Arc<Encoded>);
+
+/// The monitors' state on `Shared`.
+#[derive(Debug, Default)]
+pub struct MonitorState {
+    pub config: Option<MonitorsConfig>,
+    views: RwLock<Arc<Views>>,
+    /// The views were built from completely listed monitors (or no monitors are configured).
+    built: AtomicBool,
+    /// (job name, shard) → (the view it was built for, base generation, body). A body is reused only
+    /// for the same view: a changed monitor is a new view with other rules, whose body shares nothing.
+    bodies: Mutex<HashMap<(String, Option<Shard>), ViewBody>>,
+}
+
+impl MonitorState {
+    pub fn new(config: Option<MonitorsConfig>) -> MonitorState {
+        MonitorState {
+            built: AtomicBool::new(config.is_none()),
+            config,
+            ..MonitorState::default()
+        }
+    }
+
+    /// Whether every monitor job is served: the views were built after the monitors were listed.
+    pub fn ready(&self) -> bool {
+        self.built.load(Ordering::Acquire)
+    }
+
+    pub fn views(&self) -> Arc<Views> {
+        self.views.read().expect("views lock poisoned").clone()
+    }
+
+    pub fn view(&self, name: &str) -> Option<Arc<View>> {
+        self.views().by_name.get(name).cloned()
+    }
+
+    fn set(&self, views: Views) {
+        *self.views.write().expect("views lock poisoned") = Arc::new(views);
+    }
+}
+
+impl Shared {
+    /// The body of monitor job `view` (one shard of it) at its base job's published generation.
+    pub fn view_encoded(&self, view: &Arc<View>, shard: Option<Shard>) -> Arc<Encoded> {
+        let generation = self.generation(view.base);
+        let key = (view.job.name.clone(), shard);
+        let prev = {
+            let bodies = self.monitors.bodies.lock().expect("bodies lock poisoned");
+            match bodies.get(&key) {
+                Some((v, g, body)) if Arc::ptr_eq(v, view) && *g == generation => {
+                    return body.clone();
+                }
+                Some((v, _, body)) if Arc::ptr_eq(v, view) => Some(body.clone()),
+                _ => None,
+            }
+        };
+        let cut = self.cut_namespaces(view.base, &view.job.namespaces);
+        let body = Arc::new(Encoded::build_after(
+            prev.as_deref(),
+            cut.generation,
+            &cut.groups,
+            shard,
+            Some(&view.relabel),
+        ));
+        let mut bodies = self.monitors.bodies.lock().expect("bodies lock poisoned");
+        if bodies.len() >= MAX_BODIES {
+            bodies.clear();
+        }
+        bodies.insert(key, (view.clone(), cut.generation, body.clone()));
+        body
+    }
+}
+
+/// The cached resource holding `plural`, if herald caches it.
+fn resource(shared: &Shared, plural: &str) -> Option<ResId> {
+    shared.cache.ids().find(|r| {
+        let res = &shared.cache.get(*r).resource;
+        res.plural == plural && res.group == "monitoring.coreos.com"
+    })
+}
+
+/// Which namespaces' monitors are taken.
+#[derive(Debug)]
+enum NamespaceSelection {
+    All,
+    Names(Vec<String>),
+    /// Namespaces whose labels match (a Prometheus object's `*NamespaceSelector`).
+    Labels(kube_selectors::LabelSelector),
+}
+
+/// How monitors of one kind are selected; `None`: none of that kind.
+#[derive(Debug)]
+struct Selection {
+    monitors: kube_selectors::LabelSelector,
+    namespaces: NamespaceSelection,
+}
+
+/// What `build_views` selects with: from the `monitors:` section, or from a Prometheus object.
+struct Selecting {
+    service: Option<Selection>,
+    pod: Option<Selection>,
+    ctx: MonitorContext,
+}
+
+/// A Kubernetes `LabelSelector` object as a selector: `null` selects nothing (`None`), `{}`
+/// everything, as the operator reads a Prometheus object's monitor selectors.
+fn label_selector(
+    v: &serde_json::Value,
+    field: &str,
+) -> Result<Option<kube_selectors::LabelSelector>, String> {
+    if v.is_null() {
+        return Ok(None);
+    }
+    let mut parts = Vec::new();
+    if let Some(m) = v.get("matchLabels").and_then(|m| m.as_object()) {
+        for (k, v) in m {
+            let v = v
+                .as_str()
+                .ok_or_else(|| format!("{field}.matchLabels.{k}: not a string"))?;
+            parts.push(format!("{k}={v}"));
+        }
+    }
+    for (i, e) in v
+        .get("matchExpressions")
+        .and_then(|e| e.as_array())
+        .into_iter()
+        .flatten()
+        .enumerate()
+    {
+        let key = e["key"]
+            .as_str()
+            .ok_or_else(|| format!("{field}.matchExpressions[{i}]: no key"))?;
+        let values: Vec<&str> = e["values"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|v| v.as_str())
+            .collect();
+        parts.push(match e["operator"].as_str() {
+            Some("In") => format!("{key} in ({})", values.join(",")),
+            Some("NotIn") => format!("{key} notin ({})", values.join(",")),
+            Some("Exists") => key.to_string(),
+            Some("DoesNotExist") => format!("!{key}"),
+            other => {
+                return Err(format!(
+                    "{field}.matchExpressions[{i}].operator {other:?}: not In, NotIn, Exists or DoesNotExist"
+                ));
+            }
+        });
+    }
+    kube_selectors::LabelSelector::parse(&parts.join(","))
+        .map(Some)
+        .map_err(|e| format!("{field}: {e}"))
+}
+
+/// The selection of the `monitors:` section.
+fn configured(cfg: &MonitorsConfig) -> Selecting {
+    let selection = || Selection {
+        monitors: cfg.label_selector(),
+        namespaces: if cfg.namespaces.is_empty() {
+            NamespaceSelection::All
+        } else {
+            NamespaceSelection::Names(cfg.namespaces.clone())
+        },
+    };
+    Selecting {
+        service: cfg.service_monitors.then(selection),
+        pod: cfg.pod_monitors.then(selection),
+        ctx: MonitorContext {
+            ignore_namespace_selectors: cfg.ignore_namespace_selectors,
+            service_discovery_role: cfg.service_role(),
+            ..MonitorContext::default()
+        },
+    }
+}
+
+/// The selection a Prometheus object makes, as prometheus-operator reads it: a `null` monitor
+/// selector selects no monitor of that kind, `{}` every one; a `null` namespace selector means the
+/// Prometheus object's own namespace, `{}` every namespace.
+fn from_prometheus(
+    shared: &Shared,
+    cfg: &MonitorsConfig,
+    (pns, pname): (&str, &str),
+) -> Result<Selecting, String> {
+    let r = resource(shared, "prometheuses").ok_or("prometheuses are not cached")?;
+    let obj: serde_json::Value = {
+        let log = shared.cache.read(r);
+        let entry = log
+            .get_parts(pns, pname)
+            .ok_or_else(|| format!("Prometheus {pns}/{pname} not found"))?;
+        serde_json::from_slice(&entry.bytes)
+            .map_err(|e| format!("Prometheus {pns}/{pname}: not JSON: {e}"))?
+    };
+    let spec = &obj["spec"];
+    let selection = |sel: &str, ns_sel: &str, on: bool| -> Result<Option<Selection>, String> {
+        let Some(monitors) = label_selector(&spec[sel], &format!("spec.{sel}"))? else {
+            return Ok(None);
+        };
+        let namespaces = match label_selector(&spec[ns_sel], &format!("spec.{ns_sel}"))? {
+            None => NamespaceSelection::Names(vec![pns.to_string()]),
+            Some(s) if s.to_string().is_empty() => NamespaceSelection::All,
+            Some(s) => NamespaceSelection::Labels(s),
+        };
+        Ok(on.then_some(Selection {
+            monitors,
+            namespaces,
+        }))
+    };
+    let role = match spec["serviceDiscoveryRole"].as_str() {
+        Some("EndpointSlice") => Role::EndpointSlice,
+        _ => Role::Endpoints,
+    };
+    Ok(Selecting {
+        service: selection(
+            "serviceMonitorSelector",
+            "serviceMonitorNamespaceSelector",
+            cfg.service_monitors,
+        )?,
+        pod: selection(
+            "podMonitorSelector",
+            "podMonitorNamespaceSelector",
+            cfg.pod_monitors,
+        )?,
+        ctx: MonitorContext {
+            ignore_namespace_selectors: spec["ignoreNamespaceSelectors"].as_bool().unwrap_or(false),
+            service_discovery_role: role,
+            ..MonitorContext::default()
+        },
+    })
+}
+
+/// Labels of every namespace herald caches (for namespace label selectors).
+fn namespace_labels(shared: &Shared) -> BTreeMap<String, BTreeMap<String, String>> {
+    let Some(r) = shared.cache.ids().find(|r| {
+        let res = &shared.cache.get(*r).resource;
+        res.plural == "namespaces" && res.group.is_empty()
+    }) else {
+        return BTreeMap::new();
+    };
+    shared
+        .cache
+        .read(r)
+        .values()
+        .map(|e| (e.key.1.clone(), e.labels.clone()))
+        .collect()
+}
+
+/// Builds the views from the monitors in herald's cache.
+pub fn build_views(shared: &Shared, cfg: &MonitorsConfig) -> Views {
+    let mut views = Views::default();
+    let selecting = match cfg.prometheus_object() {
+        None => configured(cfg),
+        Some(p) => match from_prometheus(shared, cfg, p) {
+            Ok(s) => s,
+            Err(e) => {
+                views.problems.push(format!("monitors.prometheus: {e}"));
+                return views;
+            }
+        },
+    };
+    let ns_labels = match (&selecting.service, &selecting.pod) {
+        (
+            Some(Selection {
+                namespaces: NamespaceSelection::Labels(_),
+                ..
+            }),
+            _,
+        )
+        | (
+            _,
+            Some(Selection {
+                namespaces: NamespaceSelection::Labels(_),
+                ..
+            }),
+        ) => namespace_labels(shared),
+        _ => BTreeMap::new(),
+    };
+    let no_labels = BTreeMap::new();
+    let kinds: [(&str, &Option<Selection>, MonitorFn); 2] = [
+        (
+            "servicemonitors",
+            &selecting.service,
+            monitor::service_monitor_jobs,
+        ),
+        ("podmonitors", &selecting.pod, monitor::pod_monitor_jobs),
+    ];
+    for (plural, selection, translate) in kinds {
+        let (Some(selection), Some(r)) = (selection, resource(shared, plural)) else {
+            continue;
+        };
+        let log = shared.cache.read(r);
+        for entry in log.values() {
+            let (ns, name) = (&entry.key.0, &entry.key.1);
+            let in_namespace = match &selection.namespaces {
+                NamespaceSelection::All => true,
+                NamespaceSelection::Names(names) => names.contains(ns),
+                NamespaceSelection::Labels(s) => s.matches(ns_labels.get(ns).unwrap_or(&no_labels)),
+            };
+            if !in_namespace || !selection.monitors.matches(&entry.labels) {
+                continue;
+            }
+            views.monitors += 1;
+            let obj: serde_json::Value = match serde_json::from_slice(&entry.bytes) {
+                Ok(v) => v,
+                Err(e) => {
+                    views
+                        .problems
+                        .push(format!("{plural} {ns}/{name}: not JSON: {e}"));
+                    continue;
+                }
+            };
+            let jobs = match translate(&obj, &selecting.ctx) {
+                Ok(jobs) => jobs,
+                Err(e) => {
+                    views.problems.push(format!("{plural} {ns}/{name}: {e}"));
+                    continue;
+                }
+            };
+            for job in jobs {
+                let Some(base) = shared.job(&base_name(job.role)) else {
+                    views.problems.push(format!(
+                        "{}: role {} has no base job (set monitors.service_discovery_role to {})",
+                        job.name,
+                        job.role.as_str(),
+                        if job.role == Role::EndpointSlice {
+                            "EndpointSlice"
+                        } else {
+                            "Endpoints"
+                        },
+                    ));
+                    continue;
+                };
+                let relabel = match JobRelabel::new(job.relabel_configs.clone(), false) {
+                    Ok(r) => r.with_defaults(monitor::scrape_defaults(&job)),
+                    Err(e) => {
+                        views.problems.push(format!("{}: {e}", job.name));
+                        continue;
+                    }
+                };
+                views
+                    .by_name
+                    .insert(job.name.clone(), Arc::new(View { job, relabel, base }));
+            }
+        }
+    }
+    views
+}
+
+type MonitorFn = fn(
+    &serde_json::Value,
+    &MonitorContext,
+) -> Result<Vec<MonitorJob>, herald_core::monitor::MonitorError>;
+
+/// Keeps the views current: rebuilt at start and after every change to a monitor (changes within
+/// 200 ms are taken together).
+pub async fn run(shared: Arc<Shared>, stop: CancellationToken) {
+    let Some(cfg) = shared.monitors.config.clone() else {
+        return;
+    };
+    let mut ids: Vec<ResId> = ["servicemonitors", "podmonitors", "prometheuses"]
+        .into_iter()
+        .filter_map(|p| resource(&shared, p))
+        .collect();
+    if cfg.prometheus.is_some() {
+        ids.extend(shared.cache.ids().filter(|r| {
+            let res = &shared.cache.get(*r).resource;
+            res.plural == "namespaces" && res.group.is_empty()
+        }));
+    }
+    let mut changes: Vec<_> = ids.iter().map(|r| shared.cache.subscribe(*r)).collect();
+    loop {
+        let listed = ids
+            .iter()
+            .all(|r| shared.cache.get(*r).status.synced.load(Ordering::Acquire));
+        let views = build_views(&shared, &cfg);
+        if !views.problems.is_empty() {
+            tracing::warn!(problems = ?views.problems, "some monitors are not served");
+        }
+        tracing::info!(
+            monitors = views.monitors,
+            jobs = views.by_name.len(),
+            "monitor jobs updated"
+        );
+        shared.monitors.set(views);
+        if listed {
+            shared.monitors.built.store(true, Ordering::Release);
+        }
+        // Until every monitor is listed, look again every 100 ms as well.
+        let settle = if listed {
+            Duration::MAX
+        } else {
+            Duration::from_millis(100)
+        };
+        tokio::select! {
+            () = stop.cancelled() => return,
+            () = futures_any(&mut changes) => {}
+            () = tokio::time::sleep(settle) => {}
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        for rx in &mut changes {
+            rx.borrow_and_update();
+        }
+    }
+}
+
+/// Resolves when any of `changes` signals (never, when there are none).
+async fn futures_any(changes: &mut [tokio::sync::watch::Receiver<u64>]) {
+    if changes.is_empty() {
+        return std::future::pending().await;
+    }
+    let waits = changes.iter_mut().map(|rx| Box::pin(rx.changed()));
+    let _ = futures::future::select_all(waits).await;
+}
