@@ -25,6 +25,8 @@ pub struct Status {
     pub upstream: Vec<UpstreamKind>,
     pub jobs: Vec<JobStatus>,
     pub consumers: ConsumerStatus,
+    /// prometheus-operator monitors served as jobs; `None` without a `monitors:` section.
+    pub monitors: Option<MonitorStatus>,
     /// Recent warnings and errors, newest first.
     pub recent_warnings: Vec<RecentWarning>,
 }
@@ -57,6 +59,21 @@ pub struct JobStatus {
     pub url: String,
     /// Shards recent consumers asked for, as `index/count`.
     pub shards_in_use: Vec<String>,
+}
+
+/// The monitors herald serves.
+#[derive(Debug, Clone, Serialize)]
+pub struct MonitorStatus {
+    /// Where the selection comes from: `monitors: section`, or `Prometheus <ns>/<name>`.
+    pub selected_by: String,
+    /// Monitors selected.
+    pub monitors: usize,
+    /// Jobs served for them (one per endpoint).
+    pub jobs: usize,
+    /// Monitors or endpoints not served, each with why.
+    pub problems: Vec<String>,
+    /// Every monitor job has been built from completely listed monitors.
+    pub ready: bool,
 }
 
 /// Who herald serves, and what that spares the apiserver.
@@ -163,6 +180,19 @@ impl Status {
                 direct_watches,
                 watches_saved: direct_watches.saturating_sub(upstream_watches as u64),
             },
+            monitors: shared.monitors.config.as_ref().map(|cfg| {
+                let views = shared.monitors.views();
+                MonitorStatus {
+                    selected_by: match &cfg.prometheus {
+                        Some(p) => format!("Prometheus {p}"),
+                        None => "monitors: section".into(),
+                    },
+                    monitors: views.monitors,
+                    jobs: views.by_name.len(),
+                    problems: views.problems.clone(),
+                    ready: shared.monitors.ready(),
+                }
+            }),
             recent_warnings: recent_warnings(),
         }
     }

@@ -230,6 +230,16 @@ async fn monitor_jobs_equal_vmagent_running_the_operator_s_generated_config_and_
         served,
         sorted.iter().map(String::as_str).collect::<Vec<_>>()
     );
+    let status: Value = http
+        .get(format!("{}/status.json", herald.url()))
+        .send()
+        .await
+        .expect("answers")
+        .json()
+        .await
+        .expect("json");
+    assert_eq!(status["monitors"]["jobs"], names.len(), "{}", status["monitors"]);
+    assert_eq!(status["monitors"]["ready"], true);
     let secret = listed
         .iter()
         .find(|j| j["job"] == "serviceMonitor/monitoring/hand-any-namespace/1")

@@ -100,8 +100,31 @@ pub fn render(s: &Status) -> String {
             )),
         );
     }
+    h.push_str("</table>");
+    if let Some(m) = &s.monitors {
+        let _ = write!(
+            h,
+            "<h2>Monitors</h2><dl id=\"monitors\"><dt>selected by</dt><dd>{}</dd>\
+             <dt>monitors</dt><dd id=\"monitor-count\">{}</dd><dt>jobs served (one per endpoint)</dt>\
+             <dd id=\"monitor-jobs\">{}</dd><dt>state</dt><dd class=\"{}\">{}</dd></dl>\
+             <p class=\"dim\"><a href=\"/sd/v1\">the jobs</a> · \
+             <a href=\"/scrape-configs\">scrape configs for Prometheus</a></p>",
+            esc(&m.selected_by),
+            m.monitors,
+            m.jobs,
+            if m.ready { "ok" } else { "syncing" },
+            if m.ready { "ok" } else { "syncing" },
+        );
+        if !m.problems.is_empty() {
+            h.push_str("<ul id=\"monitor-problems\">");
+            for p in &m.problems {
+                let _ = write!(h, "<li>{}</li>", esc(p));
+            }
+            h.push_str("</ul>");
+        }
+    }
     h.push_str(
-        "</table><h2>Upstream watches</h2><table id=\"upstream\"><tr><th>kind</th><th>health</th>\
+        "<h2>Upstream watches</h2><table id=\"upstream\"><tr><th>kind</th><th>health</th>\
          <th>objects</th><th>last event</th><th>watches started</th><th>relists</th><th>errors</th></tr>",
     );
     for u in &s.upstream {
@@ -198,6 +221,13 @@ mod tests {
                 direct_watches: 1,
                 watches_saved: 0,
             },
+            monitors: Some(crate::status::MonitorStatus {
+                selected_by: "Prometheus monitoring/k8s".into(),
+                monitors: 3,
+                jobs: 4,
+                problems: vec!["servicemonitors a/b: <bad>".into()],
+                ready: true,
+            }),
             recent_warnings: vec![RecentWarning {
                 at: 3723.0,
                 level: "WARN".into(),
@@ -213,6 +243,15 @@ mod tests {
         assert!(html.contains("<td class=\"n targets\">42</td>"));
         assert!(!html.contains("<script>"));
         assert!(html.contains("01:02:03"));
+        assert!(html.contains("<dd id=\"monitor-jobs\">4</dd>"), "{html}");
+        assert!(
+            html.contains("<li>servicemonitors a/b: &lt;bad&gt;</li>"),
+            "{html}"
+        );
+        assert_eq!(
+            html.matches("<table").count(),
+            html.matches("</table>").count()
+        );
         assert!(html.contains("http-equiv=\"refresh\""));
     }
 }
