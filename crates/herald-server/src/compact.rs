@@ -464,6 +464,34 @@ impl Group {
     }
 }
 
+impl Group {
+    /// Whether some target of this group can survive `relabel` (see `JobRelabel::group_may_keep`):
+    /// false only when the group's own labels already decide that every target is dropped.
+    pub fn may_keep(&self, relabel: &JobRelabel) -> bool {
+        // A label's value on one target: the last of its own blocks that has it, else the group's
+        // (the overlay `write_entry` writes).
+        fn find<'b>(blocks: &'b [Block], name: &str) -> Option<&'b str> {
+            let mut found = None;
+            for b in blocks {
+                if let Some((_, v)) = b.pairs().iter().rev().find(|(k, _)| &**k == name) {
+                    found = Some(&**v);
+                }
+            }
+            found
+        }
+        relabel.group_may_keep(|name| {
+            let group = find(&self.labels, name);
+            let mut values = self.iter().map(|t| find(&t.blocks, name).or(group));
+            let first = values.next().unwrap_or(group);
+            if values.all(|v| v == first) {
+                Ok(first.map(str::to_string))
+            } else {
+                Err(())
+            }
+        })
+    }
+}
+
 /// `{"targets":["ADDRESS"],"labels":{...}}` with the labels in name order: the entry
 /// `herald_core::encode_http_sd` writes for them.
 pub fn write_labeled_entry(out: &mut Vec<u8>, address: &str, labels: &LabelSet) {

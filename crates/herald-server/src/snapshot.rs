@@ -88,7 +88,8 @@ impl Encoded {
                 }
             } else if let Some(relabel) = relabel {
                 // A shard is cut from the relabeled targets, by their final address.
-                for target in group.iter() {
+                let may_keep = group.may_keep(relabel);
+                for target in group.iter().filter(|_| may_keep) {
                     let Some(final_address) = group.relabel(target, relabel, &mut labels) else {
                         continue;
                     };

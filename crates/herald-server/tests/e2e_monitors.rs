@@ -238,7 +238,12 @@ async fn monitor_jobs_equal_vmagent_running_the_operator_s_generated_config_and_
         .json()
         .await
         .expect("json");
-    assert_eq!(status["monitors"]["jobs"], names.len(), "{}", status["monitors"]);
+    assert_eq!(
+        status["monitors"]["jobs"],
+        names.len(),
+        "{}",
+        status["monitors"]
+    );
     assert_eq!(status["monitors"]["ready"], true);
     let secret = listed
         .iter()
