@@ -89,6 +89,39 @@ async fn gzip_is_served_when_accepted_and_inflates_to_the_json_body() {
 }
 
 #[tokio::test]
+async fn after_a_gzip_client_a_client_without_gzip_gets_the_same_json_uncompressed() {
+    // The gzip body is built first here (a vmagent or a tier of herald asking first); a Prometheus,
+    // which sends no Accept-Encoding, must still get identity bytes equal to what gzip inflates to.
+    let shared = mk_pod_job(7);
+    let res = get(&shared, "/sd/v1/pods", &[("accept-encoding", "gzip")]).await;
+    assert_eq!(header(&res, "content-encoding"), Some("gzip"));
+    let etag_gzip = header(&res, "etag").map(str::to_string);
+    let mut inflated = Vec::new();
+    flate2::read::GzDecoder::new(&body_bytes(res).await[..])
+        .read_to_end(&mut inflated)
+        .expect("valid gzip");
+    for accept in [None, Some("identity"), Some("gzip;q=0")] {
+        let headers: Vec<(&str, &str)> =
+            accept.map(|a| ("accept-encoding", a)).into_iter().collect();
+        let res = get(&shared, "/sd/v1/pods", &headers).await;
+        assert_status(&res, StatusCode::OK);
+        assert_eq!(header(&res, "content-encoding"), None, "{accept:?}");
+        assert_eq!(
+            header(&res, "etag").map(str::to_string),
+            etag_gzip,
+            "one ETag per body"
+        );
+        let plain = body_bytes(res).await;
+        assert_eq!(plain, inflated, "{accept:?}");
+        let parsed: serde_json::Value = serde_json::from_slice(&plain).expect("JSON");
+        assert!(
+            parsed.as_array().is_some_and(|a| a.len() >= 7),
+            "a target per pod at least"
+        );
+    }
+}
+
+#[tokio::test]
 async fn a_long_poll_returns_as_soon_as_the_job_changes() {
     let shared = mk_pod_job(3);
     let etag = header(&get(&shared, "/sd/v1/pods", &[]).await, "etag")
