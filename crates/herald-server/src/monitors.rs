@@ -356,8 +356,10 @@ fn namespace_labels(shared: &Shared) -> BTreeMap<String, BTreeMap<String, String
         .collect()
 }
 
-/// Builds the views from the monitors in herald's cache.
+/// Builds the views from the monitors in herald's cache. A job whose translation did not change keeps
+/// its `View` (and so its cached bodies): one monitor changing does not re-encode every other job.
 pub fn build_views(shared: &Shared, cfg: &MonitorsConfig) -> Views {
+    let previous = shared.monitors.views();
     let mut views = Views::default();
     let selecting = match cfg.prometheus_object() {
         None => configured(cfg),
@@ -428,6 +430,12 @@ pub fn build_views(shared: &Shared, cfg: &MonitorsConfig) -> Views {
                 }
             };
             for job in jobs {
+                if let Some(old) = previous.by_name.get(&job.name)
+                    && old.job == job
+                {
+                    views.by_name.insert(job.name.clone(), old.clone());
+                    continue;
+                }
                 let Some(base) = shared.job(&base_name(job.role)) else {
                     views.problems.push(format!(
                         "{}: role {} has no base job (set monitors.service_discovery_role to {})",

@@ -312,7 +312,10 @@ async fn monitor_jobs_equal_vmagent_running_the_operator_s_generated_config_and_
     );
     drop((direct, through));
 
-    // A monitor deleted and another changed at runtime: herald follows without a restart.
+    // A monitor deleted and another changed at runtime: herald follows without a restart, and a
+    // monitor that did not change keeps its job (and the bodies cached for it).
+    let untouched = "serviceMonitor/monitoring/hand-any-namespace/0";
+    let before = herald.shared().monitors.view(untouched).expect("served");
     let mut changed = sim
         .handle()
         .objects_json(Kind::ServiceMonitor)
@@ -355,6 +358,23 @@ async fn monitor_jobs_equal_vmagent_running_the_operator_s_generated_config_and_
             .unwrap_or_default();
         let relabeled = !body.is_empty() && body.iter().all(|e| e["labels"]["changed"] == "yes");
         if pods_gone && relabeled {
+            let after = herald
+                .shared()
+                .monitors
+                .view(untouched)
+                .expect("still served");
+            assert!(
+                std::sync::Arc::ptr_eq(&before, &after),
+                "the unchanged monitor's job was kept"
+            );
+            let changed_view = herald.shared().monitors.view(&name).expect("served");
+            assert!(
+                changed_view
+                    .job
+                    .relabel_configs
+                    .iter()
+                    .any(|r| r.target_label == "changed")
+            );
             break;
         }
         assert!(
