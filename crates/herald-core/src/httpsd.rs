@@ -67,13 +67,10 @@ impl JobRelabel {
         if job.relabel_configs.is_empty() {
             return None;
         }
-        let rules = Relabeler::new(job.relabel_configs.clone())
-            .expect("parse_config validated the job's relabel_configs");
-        Some(JobRelabel {
-            rules,
-            keep_meta: job.keep_meta_labels,
-            defaults: LabelSet::new(),
-        })
+        Some(
+            JobRelabel::new(job.relabel_configs.clone(), job.keep_meta_labels)
+                .expect("parse_config validated the job's relabel_configs"),
+        )
     }
 
     /// The relabeling by `rules` (validated here), keeping `__meta_*` labels when `keep_meta`.

@@ -688,18 +688,9 @@ impl Rule {
     }
 }
 
-/// The operator's `sanitizeLabelName`: every character outside `[a-zA-Z0-9_]` becomes `_`.
-pub fn sanitize_label_name(name: &str) -> String {
-    name.chars()
-        .map(|c| {
-            if c.is_ascii_alphanumeric() || c == '_' {
-                c
-            } else {
-                '_'
-            }
-        })
-        .collect()
-}
+/// The operator's `sanitizeLabelName` is Prometheus's rule (every character outside `[a-zA-Z0-9_]`
+/// becomes `_`), which herald-core already has.
+pub use crate::labels::sanitize_label_name;
 
 /// Rules accumulated for one job, with the error context.
 struct Rules<'a> {

@@ -182,12 +182,17 @@ impl Shared {
     }
 }
 
-/// The cached resource holding `plural`, if herald caches it.
-fn resource(shared: &Shared, plural: &str) -> Option<ResId> {
+/// The cached resource `plural` of API group `group` ("" for core), if herald caches it.
+fn cached(shared: &Shared, group: &str, plural: &str) -> Option<ResId> {
     shared.cache.ids().find(|r| {
         let res = &shared.cache.get(*r).resource;
-        res.plural == plural && res.group == "monitoring.coreos.com"
+        res.plural == plural && res.group == group
     })
+}
+
+/// The cached prometheus-operator resource `plural`.
+fn resource(shared: &Shared, plural: &str) -> Option<ResId> {
+    cached(shared, "monitoring.coreos.com", plural)
 }
 
 /// Which namespaces' monitors are taken.
@@ -342,10 +347,7 @@ fn from_prometheus(
 
 /// Labels of every namespace herald caches (for namespace label selectors).
 fn namespace_labels(shared: &Shared) -> BTreeMap<String, BTreeMap<String, String>> {
-    let Some(r) = shared.cache.ids().find(|r| {
-        let res = &shared.cache.get(*r).resource;
-        res.plural == "namespaces" && res.group.is_empty()
-    }) else {
+    let Some(r) = cached(shared, "", "namespaces") else {
         return BTreeMap::new();
     };
     shared
@@ -481,10 +483,7 @@ pub async fn run(shared: Arc<Shared>, stop: CancellationToken) {
         .filter_map(|p| resource(&shared, p))
         .collect();
     if cfg.prometheus.is_some() {
-        ids.extend(shared.cache.ids().filter(|r| {
-            let res = &shared.cache.get(*r).resource;
-            res.plural == "namespaces" && res.group.is_empty()
-        }));
+        ids.extend(cached(&shared, "", "namespaces"));
     }
     let mut changes: Vec<_> = ids.iter().map(|r| shared.cache.subscribe(*r)).collect();
     loop {

@@ -55,57 +55,36 @@ impl VmAgent {
 
     /// The discovered labels of every dropped target (`/api/v1/targets?state=dropped`).
     pub async fn dropped_targets(&mut self) -> Result<Vec<Labels>, String> {
-        let data = self.peer.api("/api/v1/targets?state=dropped").await?;
-        let dropped = data["droppedTargets"]
-            .as_array()
-            .ok_or_else(|| format!("no data.droppedTargets array in {data}"))?;
-        dropped
-            .iter()
-            .map(|t| {
-                serde_json::from_value::<Labels>(t["discoveredLabels"].clone())
-                    .map_err(|e| format!("discoveredLabels is not a string map: {e}: {t}"))
-            })
-            .collect()
+        self.targets("dropped", "droppedTargets", "discoveredLabels")
+            .await
     }
 
     /// The final labels (after relabeling, `__` labels removed, `job` and `instance` set) of every
     /// active target (`/api/v1/targets?state=active`).
     pub async fn active_targets(&mut self) -> Result<Vec<Labels>, String> {
-        let data = self.peer.api("/api/v1/targets?state=active").await?;
-        let active = data["activeTargets"]
-            .as_array()
-            .ok_or_else(|| format!("no data.activeTargets array in {data}"))?;
-        active
-            .iter()
-            .map(|t| {
-                serde_json::from_value::<Labels>(t["labels"].clone())
-                    .map_err(|e| format!("labels is not a string map: {e}: {t}"))
-            })
-            .collect()
+        self.targets("active", "activeTargets", "labels").await
     }
 
-    /// The final labels of every active target by scrape pool (the scrape config's `job_name`, which
-    /// the target's `job` label need not equal), each pool's list sorted.
-    pub async fn active_targets_by_pool(
+    /// `labels` of each target in `/api/v1/targets?state=STATE`'s `data.LIST`.
+    async fn targets(
         &mut self,
-    ) -> Result<std::collections::BTreeMap<String, Vec<Labels>>, String> {
-        let data = self.peer.api("/api/v1/targets?state=active").await?;
-        let active = data["activeTargets"]
+        state: &str,
+        list: &str,
+        labels: &str,
+    ) -> Result<Vec<Labels>, String> {
+        let data = self
+            .peer
+            .api(&format!("/api/v1/targets?state={state}"))
+            .await?;
+        data[list]
             .as_array()
-            .ok_or_else(|| format!("no data.activeTargets array in {data}"))?;
-        let mut out: std::collections::BTreeMap<String, Vec<Labels>> = Default::default();
-        for t in active {
-            let labels = serde_json::from_value::<Labels>(t["labels"].clone())
-                .map_err(|e| format!("labels is not a string map: {e}: {t}"))?;
-            let pool = t["scrapePool"]
-                .as_str()
-                .ok_or_else(|| format!("no scrapePool in {t}"))?;
-            out.entry(pool.to_string()).or_default().push(labels);
-        }
-        for v in out.values_mut() {
-            v.sort();
-        }
-        Ok(out)
+            .ok_or_else(|| format!("no data.{list} array in {data}"))?
+            .iter()
+            .map(|t| {
+                serde_json::from_value::<Labels>(t[labels].clone())
+                    .map_err(|e| format!("{labels} is not a string map: {e}: {t}"))
+            })
+            .collect()
     }
 
     /// Lines vmagent logged at error level (failed lists and watches, undecodable objects).
