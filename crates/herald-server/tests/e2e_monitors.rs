@@ -5,7 +5,7 @@
 //! against its golden files there) lists the same active targets with the same final labels as a
 //! vmagent reading herald's monitor jobs over HTTP SD. Monitors changed at runtime are picked up
 //! without a restart, and `/scrape-configs` describes every job (promtool and Prometheus judge it in
-//! `e2e_peers_scrape_configs.rs`).
+//! `e2e_peers_scrape_configs.rs`; bad monitors are in `e2e_bad_monitors.rs`).
 //!
 //! NB: kept targets are scraped once (the interval is an hour) at kube-sim's loopback pod IPs.
 
