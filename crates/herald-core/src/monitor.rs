@@ -18,6 +18,11 @@
 //! the same targets when Endpoints/EndpointSlices carry their Service's labels), native histogram
 //! settings, and anything read from Secrets or ConfigMaps.
 //!
+//! A monitor is also read against the operator's CRD schema (`crd`): a value the schema refuses is
+//! an error, as the apiserver would refuse the object; a field it does not have is a warning of the
+//! job (the apiserver would prune it). The operator's own checks that reject a monitor (`validate`:
+//! a timeout over the interval, a client certificate without its key) are errors too.
+//!
 //! NB (for whoever applies the rules): the operator's rules run in Prometheus after it adds the scrape
 //! defaults; the first one copies `job` (the job name) into `__tmp_prometheus_job_name`, which users'
 //! relabelings may read. [`scrape_defaults`] gives those labels for a [`MonitorJob`].
@@ -32,6 +37,9 @@ use serde_yaml::{Mapping, Value as Yaml};
 
 use crate::relabel::{RelabelConfig, validate_all};
 use crate::target::{AttachMetadata, LabelSet, Role};
+
+mod crd;
+mod validate;
 
 #[cfg(test)]
 mod tests;
@@ -327,6 +335,13 @@ pub struct MonitorSpecCommon {
     #[serde(rename = "scrapeClass")]
     pub scrape_class_name: Option<String>,
     pub body_size_limit: Option<String>,
+    /// Native histogram settings: not applied, reported (any value counts as set).
+    pub scrape_classic_histograms: Option<Value>,
+    pub scrape_native_histograms: Option<Value>,
+    pub native_histogram_bucket_limit: Option<Value>,
+    pub native_histogram_min_bucket_factor: Option<Value>,
+    #[serde(rename = "convertClassicHistogramsToNHCB")]
+    pub convert_classic_histograms_to_nhcb: Option<Value>,
 }
 
 /// `ServiceMonitor.spec`.
@@ -525,7 +540,13 @@ pub struct MonitorContext {
     pub enforced_namespace_label: Option<String>,
     /// The operator's hashmod sharding rules (off by default: herald shards with `?shard=`).
     pub sharding: Option<Sharding>,
+    /// `scrapeInterval` of the Prometheus resource (the operator's default `30s`): an endpoint's
+    /// `scrapeTimeout` must not exceed it when the endpoint sets no interval.
+    pub scrape_interval: String,
 }
+
+/// prometheus-operator's `DefaultScrapeInterval`.
+pub const DEFAULT_SCRAPE_INTERVAL: &str = "30s";
 
 impl Default for MonitorContext {
     fn default() -> Self {
@@ -535,6 +556,7 @@ impl Default for MonitorContext {
             pod_target_labels: Vec::new(),
             enforced_namespace_label: None,
             sharding: None,
+            scrape_interval: DEFAULT_SCRAPE_INTERVAL.to_owned(),
         }
     }
 }
@@ -611,24 +633,103 @@ pub struct MonitorJob {
     /// What herald cannot express, each named by its field (Secret and ConfigMap references, scrape
     /// classes, ...).
     pub unsupported: Vec<String>,
+    /// What herald ignored in the monitor while serving the rest, each named by its field: fields
+    /// the operator's CRD does not have (see `crd`).
+    pub warnings: Vec<String>,
+    /// The keep rule the endpoint's port adds, if any: a port that matches no port of the objects
+    /// the monitor selects is a silent empty job, which herald reports (herald-server).
+    pub port_rule: Option<PortRule>,
 }
 
-/// The jobs of a ServiceMonitor object, one per `endpoints` entry.
+/// The keep rule of an endpoint's `port`, `targetPort` or `portNumber`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PortRule {
+    /// The field that set it (`spec.endpoints[0].port`).
+    pub field: String,
+    /// The port name or number, as given.
+    pub port: String,
+    /// Its index in [`MonitorJob::relabel_configs`]: the rules before it select the monitor's
+    /// objects (the operator's selector rules), the rule keeps the port.
+    pub rule: usize,
+    /// What the port is looked for in, for messages (`the ports of the selected Services`).
+    pub among: &'static str,
+}
+
+/// The jobs of a ServiceMonitor object, one per `endpoints` entry, each with the fields the
+/// operator's CRD does not have in its [`MonitorJob::warnings`]. A value the CRD refuses is an error
+/// (see `crd`).
 pub fn service_monitor_jobs(
     obj: &Value,
     ctx: &MonitorContext,
 ) -> Result<Vec<MonitorJob>, MonitorError> {
     let m = ServiceMonitor::from_value(obj)?;
-    m.jobs(ctx)
+    let jobs = m.jobs(ctx)?;
+    read_against_crd(obj, MonitorKind::ServiceMonitor, &m.metadata, jobs)
 }
 
-/// The jobs of a PodMonitor object, one per `podMetricsEndpoints` entry.
+/// The jobs of a PodMonitor object, one per `podMetricsEndpoints` entry (as
+/// [`service_monitor_jobs`]).
 pub fn pod_monitor_jobs(
     obj: &Value,
     ctx: &MonitorContext,
 ) -> Result<Vec<MonitorJob>, MonitorError> {
     let m = PodMonitor::from_value(obj)?;
-    m.jobs(ctx)
+    let jobs = m.jobs(ctx)?;
+    read_against_crd(obj, MonitorKind::PodMonitor, &m.metadata, jobs)
+}
+
+/// The fields of monitor `obj` that the operator's CRD does not have, each as a warning
+/// (`unknown field spec.endpoints[0].prot (...)`); herald serves the monitor without them.
+pub fn unknown_fields(obj: &Value, kind: MonitorKind) -> Vec<String> {
+    unknown_field_warnings(&crd::check(obj, kind))
+}
+
+fn unknown_field_warnings(f: &crd::Findings) -> Vec<String> {
+    let mut out: Vec<String> = f
+        .unknown
+        .iter()
+        .map(|path| format!("unknown field {path} (not in the operator's CRD: ignored)"))
+        .collect();
+    if f.more_unknown > 0 {
+        out.push(format!("{} more unknown fields", f.more_unknown));
+    }
+    out
+}
+
+/// `jobs` of `obj` after reading it against the CRD: the first value it refuses is the monitor's
+/// error; each unknown field is a warning of the job of its endpoint, or of every job.
+fn read_against_crd(
+    obj: &Value,
+    kind: MonitorKind,
+    meta: &Metadata,
+    mut jobs: Vec<MonitorJob>,
+) -> Result<Vec<MonitorJob>, MonitorError> {
+    let findings = crd::check(obj, kind);
+    if let Some((field, message)) = findings.invalid.first() {
+        return Err(field_err(kind, meta)(field.clone(), message.clone()));
+    }
+    let list = match kind {
+        MonitorKind::ServiceMonitor => "spec.endpoints[",
+        MonitorKind::PodMonitor => "spec.podMetricsEndpoints[",
+    };
+    let warnings = unknown_field_warnings(&findings);
+    for (path, warning) in findings.unknown.iter().zip(&warnings) {
+        let endpoint: Option<usize> = path
+            .strip_prefix(list)
+            .and_then(|rest| rest.split_once(']'))
+            .and_then(|(i, _)| i.parse().ok());
+        for (i, job) in jobs.iter_mut().enumerate() {
+            if endpoint.is_none_or(|e| e == i) {
+                job.warnings.push(warning.clone());
+            }
+        }
+    }
+    for more in warnings.iter().skip(findings.unknown.len()) {
+        for job in &mut jobs {
+            job.warnings.push(more.clone());
+        }
+    }
+    Ok(jobs)
 }
 
 /// The labels Prometheus sets on every target of `job` before its relabeling runs, from the job's
@@ -898,7 +999,9 @@ fn namespaces(sel: &NamespaceSelector, own: &str, ctx: &MonitorContext) -> Vec<S
     }
 }
 
-/// The scrape settings and unsupported items common to both kinds.
+/// The scrape settings and unsupported items common to both kinds. `tls_files`: the endpoint's TLS
+/// config may name files (a ServiceMonitor's `TLSConfig`, not a PodMonitor's `SafeTLSConfig`).
+#[allow(clippy::too_many_arguments)] // the translation context, passed down from `job`
 fn common_scrape(
     spec: &MonitorSpecCommon,
     ep: &EndpointCommon,
@@ -907,7 +1010,17 @@ fn common_scrape(
     ctx: &MonitorContext,
     err: &dyn Fn(String, String) -> MonitorError,
     unsupported: &mut Vec<String>,
+    tls_files: bool,
 ) -> Result<ScrapeSettings, MonitorError> {
+    validate::interval_and_timeout(&ep.interval, &ep.scrape_timeout, &ctx.scrape_interval)
+        .map_err(|(field, m)| err(format!("{path}.{field}"), m))?;
+    validate::proxy(ep).map_err(|(field, m)| err(format!("{path}.{field}"), m))?;
+    if let Some((i, p)) = validate::repeated(&spec.scrape_protocols) {
+        return Err(err(
+            format!("spec.scrapeProtocols[{i}]"),
+            format!("{p:?} is listed twice"),
+        ));
+    }
     let scheme = match ep.scheme.as_deref() {
         None => None,
         Some(s) if s.eq_ignore_ascii_case("http") || s.eq_ignore_ascii_case("https") => {
@@ -923,6 +1036,8 @@ fn common_scrape(
     let mut tls_config = None;
     if let Some(tls) = &ep.tls_config {
         let tls_path = format!("{path}.tlsConfig");
+        validate::tls(tls, tls_files)
+            .map_err(|(field, m)| err(format!("{tls_path}.{field}"), m))?;
         if let Some(d) = tls.ca.describe() {
             unsupported.push(format!("{tls_path}.ca: {d}"));
         }
@@ -932,7 +1047,7 @@ fn common_scrape(
         if let Some(k) = &tls.key_secret {
             unsupported.push(format!("{tls_path}.keySecret: {}", secret(k)));
         }
-        let some = |s: &String| (!s.is_empty()).then(|| s.clone());
+        let some = |s: &String| (tls_files && !s.is_empty()).then(|| s.clone());
         tls_config = Some(TlsFiles {
             insecure_skip_verify: tls.insecure_skip_verify,
             server_name: tls.server_name.clone().filter(|s| !s.is_empty()),
@@ -986,6 +1101,28 @@ fn common_scrape(
         unsupported.push(format!(
             "spec.scrapeClass: {class:?} (scrape classes of the Prometheus resource are not applied)"
         ));
+    }
+    for (field, set) in [
+        ("scrapeClassicHistograms", &spec.scrape_classic_histograms),
+        ("scrapeNativeHistograms", &spec.scrape_native_histograms),
+        (
+            "nativeHistogramBucketLimit",
+            &spec.native_histogram_bucket_limit,
+        ),
+        (
+            "nativeHistogramMinBucketFactor",
+            &spec.native_histogram_min_bucket_factor,
+        ),
+        (
+            "convertClassicHistogramsToNHCB",
+            &spec.convert_classic_histograms_to_nhcb,
+        ),
+    ] {
+        if let Some(v) = set.as_ref().filter(|v| !v.is_null()) {
+            unsupported.push(format!(
+                "spec.{field}: {v} (native histogram settings are not written)"
+            ));
+        }
     }
     if spec.selector_mechanism.as_deref() == Some("RoleSelector") {
         unsupported.push(
@@ -1098,6 +1235,7 @@ impl ServiceMonitor {
             ctx,
             err,
             &mut unsupported,
+            true,
         )?;
         scrape.bearer_token_file =
             (!ep.bearer_token_file.is_empty()).then(|| ep.bearer_token_file.clone());
@@ -1111,31 +1249,50 @@ impl ServiceMonitor {
         r.selector(&spec.common.selector, "service", "spec.selector")?;
 
         // The endpoint's port.
+        let mut port_rule = None;
+        let mut keep_port = |r: &mut Rules<'_>, source: &str, port: String, field: &str, among| {
+            port_rule = Some(PortRule {
+                field: format!("{path}.{field}"),
+                rule: r.rules.len(),
+                port: port.clone(),
+                among,
+            });
+            r.push(
+                Rule::default()
+                    .action("keep")
+                    .source(&[source])
+                    .regex(&port),
+            );
+        };
         if !ep.port.is_empty() {
             let source = if slice {
                 "__meta_kubernetes_endpointslice_port_name"
             } else {
                 "__meta_kubernetes_endpoint_port_name"
             };
-            r.push(
-                Rule::default()
-                    .action("keep")
-                    .source(&[source])
-                    .regex(&ep.port),
+            keep_port(
+                &mut r,
+                source,
+                ep.port.clone(),
+                "port",
+                "the ports of the selected Services",
             );
         } else if let Some(tp) = &ep.common.target_port {
+            let among = "the container ports of the selected Services' pods";
             match tp {
-                IntOrString::String(s) if !s.is_empty() => r.push(
-                    Rule::default()
-                        .action("keep")
-                        .source(&["__meta_kubernetes_pod_container_port_name"])
-                        .regex(s),
+                IntOrString::String(s) if !s.is_empty() => keep_port(
+                    &mut r,
+                    "__meta_kubernetes_pod_container_port_name",
+                    s.clone(),
+                    "targetPort",
+                    among,
                 ),
-                IntOrString::Int(n) if *n != 0 => r.push(
-                    Rule::default()
-                        .action("keep")
-                        .source(&["__meta_kubernetes_pod_container_port_number"])
-                        .regex(&n.to_string()),
+                IntOrString::Int(n) if *n != 0 => keep_port(
+                    &mut r,
+                    "__meta_kubernetes_pod_container_port_number",
+                    n.to_string(),
+                    "targetPort",
+                    among,
                 ),
                 _ => {}
             }
@@ -1213,6 +1370,8 @@ impl ServiceMonitor {
             relabel_configs: r.finish()?,
             scrape,
             unsupported,
+            warnings: Vec::new(),
+            port_rule,
         })
     }
 }
@@ -1251,6 +1410,7 @@ impl PodMonitor {
         let ep = &spec.pod_metrics_endpoints[i];
         let path = format!("spec.podMetricsEndpoints[{i}]");
         let mut unsupported = Vec::new();
+        // SafeTLSConfig: no file fields (the apiserver prunes them; herald reports them).
         let scrape = common_scrape(
             &spec.common,
             &ep.common,
@@ -1259,6 +1419,7 @@ impl PodMonitor {
             ctx,
             err,
             &mut unsupported,
+            false,
         )?;
         let mut r = Rules {
             rules: Vec::new(),
@@ -1271,26 +1432,31 @@ impl PodMonitor {
         r.selector(&spec.common.selector, "pod", "spec.selector")?;
 
         let port = ep.port.as_deref().filter(|p| !p.is_empty());
-        let name_rule = |name: &str| {
-            Rule::default()
-                .action("keep")
-                .source(&["__meta_kubernetes_pod_container_port_name"])
-                .regex(name)
-        };
-        let number_rule = |n: i32| {
-            Rule::default()
-                .action("keep")
-                .source(&["__meta_kubernetes_pod_container_port_number"])
-                .regex(&n.to_string())
+        let mut port_rule = None;
+        let mut keep_port = |r: &mut Rules<'_>, field: &str, port: &str, by_name: bool| {
+            port_rule = Some(PortRule {
+                field: format!("{path}.{field}"),
+                port: port.to_owned(),
+                rule: r.rules.len(),
+                among: "the container ports of the selected pods",
+            });
+            let source = if by_name {
+                "__meta_kubernetes_pod_container_port_name"
+            } else {
+                "__meta_kubernetes_pod_container_port_number"
+            };
+            r.push(Rule::default().action("keep").source(&[source]).regex(port));
         };
         if let Some(p) = port {
-            r.push(name_rule(p));
+            keep_port(&mut r, "port", p, true);
         } else if let Some(n) = ep.port_number.filter(|n| *n != 0) {
-            r.push(number_rule(n));
+            keep_port(&mut r, "portNumber", &n.to_string(), false);
         } else if let Some(tp) = &ep.common.target_port {
             match tp {
-                IntOrString::String(s) if !s.is_empty() => r.push(name_rule(s)),
-                IntOrString::Int(n) if *n != 0 => r.push(number_rule(*n)),
+                IntOrString::String(s) if !s.is_empty() => keep_port(&mut r, "targetPort", s, true),
+                IntOrString::Int(n) if *n != 0 => {
+                    keep_port(&mut r, "targetPort", &n.to_string(), false);
+                }
                 _ => {}
             }
         }
@@ -1336,6 +1502,8 @@ impl PodMonitor {
             relabel_configs: r.finish()?,
             scrape,
             unsupported,
+            warnings: Vec::new(),
+            port_rule,
         })
     }
 }
@@ -1346,8 +1514,9 @@ impl PodMonitor {
 
 /// The Prometheus `scrape_configs` entry (a one-item YAML list, so entries concatenate under
 /// `scrape_configs:`) for `job`, discovering through herald's HTTP SD at `sd_url`: the job name, the
-/// endpoint's scrape settings in the operator's order, and each [`MonitorJob::unsupported`] item as a
-/// `# unsupported:` comment line before it. No `relabel_configs`: herald applies them. Deterministic.
+/// endpoint's scrape settings in the operator's order, and each [`MonitorJob::unsupported`] and
+/// [`MonitorJob::warnings`] item as a `# unsupported:` or `# warning:` comment line before it. No
+/// `relabel_configs`: herald applies them. Deterministic.
 pub fn scrape_config_yaml(job: &MonitorJob, sd_url: &str) -> String {
     let s = &job.scrape;
     let mut m = Mapping::new();
@@ -1460,11 +1629,18 @@ pub fn scrape_config_yaml(job: &MonitorJob, sd_url: &str) -> String {
     let body = serde_yaml::to_string(&Yaml::Sequence(vec![Yaml::Mapping(m)]))
         .expect("a mapping of strings, numbers and booleans always serializes");
     let mut out = String::new();
-    for u in &job.unsupported {
-        // One comment line each, whatever the item holds.
-        out.push_str("# unsupported: ");
-        out.push_str(&u.replace(['\n', '\r'], " "));
-        out.push('\n');
+    for (what, items) in [
+        ("unsupported", &job.unsupported),
+        ("warning", &job.warnings),
+    ] {
+        for u in items {
+            // One comment line each, whatever the item holds.
+            out.push_str("# ");
+            out.push_str(what);
+            out.push_str(": ");
+            out.push_str(&u.replace(['\n', '\r'], " "));
+            out.push('\n');
+        }
     }
     out.push_str(&body);
     out

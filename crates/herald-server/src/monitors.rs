@@ -10,13 +10,18 @@
 //! NB: thousands of monitors therefore cost herald the base jobs plus their encoded bodies, not one
 //! index per monitor. Monitors are read from herald's cache (one list+watch per kind, like every other
 //! resource) and the views are rebuilt whenever one changes — no restart.
+//!
+//! A bad monitor never stops the others: one the operator would reject (an invalid regex, a value its
+//! CRD refuses, a timeout over its interval) is not served and is listed in `Views::problems`; one
+//! with fields the CRD does not have is served without them and listed in `Views::warnings`; a job
+//! whose port matches no port of what its monitor selects is served (empty) and says so (`ports`).
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
-use herald_core::monitor::{self, MonitorContext, MonitorJob};
+use herald_core::monitor::{self, MonitorContext, MonitorJob, MonitorKind};
 use herald_core::{JobRelabel, MonitorsConfig, Role};
 use kube_face::ResId;
 use tokio_util::sync::CancellationToken;
@@ -25,6 +30,8 @@ use crate::filter::{FilterError, JobSpec};
 use crate::serve::CustomRef;
 use crate::snapshot::{Encoded, Shard};
 use crate::state::Shared;
+
+mod ports;
 
 /// Prefix of the base jobs' names; no configured job may start with it.
 pub const BASE_PREFIX: &str = "monitor-base-";
@@ -93,14 +100,20 @@ pub struct View {
     pub relabel: JobRelabel,
     /// Index of the base job it reads.
     pub base: usize,
+    /// The rules before the job's port rule (the monitor's selection), keeping `__meta_*` labels:
+    /// to tell a port that matches nothing from a monitor that selects nothing (`ports`).
+    pub select: Option<JobRelabel>,
 }
 
 /// Every monitor job, and what could not be served.
 #[derive(Debug, Default)]
 pub struct Views {
     pub by_name: BTreeMap<String, Arc<View>>,
-    /// Monitors that could not be translated, each with why.
+    /// Monitors (or jobs) not served, each named, with why.
     pub problems: Vec<String>,
+    /// Monitors served without something they hold (fields the operator's CRD does not have), each
+    /// named, with what.
+    pub warnings: Vec<String>,
     /// Monitors selected.
     pub monitors: usize,
 }
@@ -121,6 +134,8 @@ pub struct MonitorState {
     /// (job name, shard) → (the view it was built for, base generation, body). A body is reused only
     /// for the same view: a changed monitor is a new view with other rules, whose body shares nothing.
     bodies: Mutex<HashMap<(String, Option<Shard>), ViewBody>>,
+    /// Job name → (the view, base generation, its port warning): `ports`, computed on request.
+    port_warnings: Mutex<HashMap<String, ports::Checked>>,
 }
 
 impl MonitorState {
@@ -340,6 +355,11 @@ fn from_prometheus(
         ctx: MonitorContext {
             ignore_namespace_selectors: spec["ignoreNamespaceSelectors"].as_bool().unwrap_or(false),
             service_discovery_role: role,
+            scrape_interval: spec["scrapeInterval"]
+                .as_str()
+                .filter(|i| !i.is_empty())
+                .unwrap_or(monitor::DEFAULT_SCRAPE_INTERVAL)
+                .to_string(),
             ..MonitorContext::default()
         },
     })
@@ -391,15 +411,21 @@ pub fn build_views(shared: &Shared, cfg: &MonitorsConfig) -> Views {
         _ => BTreeMap::new(),
     };
     let no_labels = BTreeMap::new();
-    let kinds: [(&str, &Option<Selection>, MonitorFn); 2] = [
+    let kinds: [(&str, MonitorKind, &Option<Selection>, MonitorFn); 2] = [
         (
             "servicemonitors",
+            MonitorKind::ServiceMonitor,
             &selecting.service,
             monitor::service_monitor_jobs,
         ),
-        ("podmonitors", &selecting.pod, monitor::pod_monitor_jobs),
+        (
+            "podmonitors",
+            MonitorKind::PodMonitor,
+            &selecting.pod,
+            monitor::pod_monitor_jobs,
+        ),
     ];
-    for (plural, selection, translate) in kinds {
+    for (plural, kind, selection, translate) in kinds {
         let (Some(selection), Some(r)) = (selection, resource(shared, plural)) else {
             continue;
         };
@@ -420,17 +446,25 @@ pub fn build_views(shared: &Shared, cfg: &MonitorsConfig) -> Views {
                 Err(e) => {
                     views
                         .problems
-                        .push(format!("{plural} {ns}/{name}: not JSON: {e}"));
+                        .push(format!("{kind} {ns}/{name}: not JSON: {e}"));
                     continue;
                 }
             };
             let jobs = match translate(&obj, &selecting.ctx) {
                 Ok(jobs) => jobs,
+                // A field error names the monitor already.
+                Err(e @ monitor::MonitorError::Field { .. }) => {
+                    views.problems.push(format!("{e}"));
+                    continue;
+                }
                 Err(e) => {
-                    views.problems.push(format!("{plural} {ns}/{name}: {e}"));
+                    views.problems.push(format!("{kind} {ns}/{name}: {e}"));
                     continue;
                 }
             };
+            for w in monitor::unknown_fields(&obj, kind) {
+                views.warnings.push(format!("{kind} {ns}/{name}: {w}"));
+            }
             for job in jobs {
                 if let Some(old) = previous.by_name.get(&job.name)
                     && old.job == job
@@ -458,9 +492,16 @@ pub fn build_views(shared: &Shared, cfg: &MonitorsConfig) -> Views {
                         continue;
                     }
                 };
-                views
-                    .by_name
-                    .insert(job.name.clone(), Arc::new(View { job, relabel, base }));
+                let select = ports::selection(&job);
+                views.by_name.insert(
+                    job.name.clone(),
+                    Arc::new(View {
+                        job,
+                        relabel,
+                        base,
+                        select,
+                    }),
+                );
             }
         }
     }
@@ -493,6 +534,9 @@ pub async fn run(shared: Arc<Shared>, stop: CancellationToken) {
         let views = build_views(&shared, &cfg);
         if !views.problems.is_empty() {
             tracing::warn!(problems = ?views.problems, "some monitors are not served");
+        }
+        if !views.warnings.is_empty() {
+            tracing::warn!(warnings = ?views.warnings, "some monitors are served without fields they hold");
         }
         tracing::info!(
             monitors = views.monitors,

@@ -72,6 +72,8 @@ pub struct MonitorStatus {
     pub jobs: usize,
     /// Monitors or endpoints not served, each with why.
     pub problems: Vec<String>,
+    /// Monitors served without something they hold (fields the operator's CRD does not have).
+    pub warnings: Vec<String>,
     /// Every monitor job has been built from completely listed monitors.
     pub ready: bool,
 }
@@ -190,6 +192,7 @@ impl Status {
                     monitors: views.monitors,
                     jobs: views.by_name.len(),
                     problems: views.problems.clone(),
+                    warnings: views.warnings.clone(),
                     ready: shared.monitors.ready(),
                 }
             }),

@@ -377,7 +377,12 @@ async fn istio_jobs_serve_the_documented_targets_and_schemes_and_prometheus_scra
     }
     let config =
         format!("global: {{scrape_interval: 1s, scrape_timeout: 900ms}}\n{scrape_configs}");
-    peers::prometheus::promtool_check(&prom_bin, certs.path(), &config);
+    peers::prometheus::promtool_check(
+        &prom_bin.with_file_name("promtool"),
+        certs.path(),
+        "istio",
+        &config,
+    );
     let mut prom = Prometheus::start(&prom_bin, &config).await;
     let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
     let want: BTreeSet<String> = expected()

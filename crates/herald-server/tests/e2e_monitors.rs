@@ -4,14 +4,13 @@
 //! monitor endpoint (herald-core `monitor`, written from prometheus-operator's promcfg.go and checked
 //! against its golden files there) lists the same active targets with the same final labels as a
 //! vmagent reading herald's monitor jobs over HTTP SD. Monitors changed at runtime are picked up
-//! without a restart, and `/scrape-configs` describes every job.
+//! without a restart, and `/scrape-configs` describes every job (promtool and Prometheus judge it in
+//! `e2e_peers_scrape_configs.rs`; bad monitors are in `e2e_bad_monitors.rs`).
 //!
 //! NB: kept targets are scraped once (the interval is an hour) at kube-sim's loopback pod IPs.
 
 #[path = "peers/harness.rs"]
 mod peers;
-#[path = "support/pki.rs"]
-mod pki;
 
 use std::time::Duration;
 
@@ -24,17 +23,6 @@ use peers::Labels;
 use peers::cluster::{loopback_spec, start_herald, start_sim};
 use peers::compare::differences;
 use serde_json::{Value, json};
-
-/// A CA file the hand-written TLS endpoint names: it exists, so `promtool check config` and
-/// Prometheus accept the generated scrape config that refers to it.
-fn ca_file() -> String {
-    let path =
-        std::env::temp_dir().join(format!("herald-e2e-monitors-{}-ca.crt", std::process::id()));
-    if !path.exists() {
-        std::fs::write(&path, pki::Ca::new("e2e-monitors").pem()).expect("write the CA file");
-    }
-    path.display().to_string()
-}
 
 /// Hand-written monitors: targetPort by number, namespaceSelector matchNames and any, targetLabels,
 /// podTargetLabels, jobLabel, the monitor's own relabelings, a secret reference (reported, not
@@ -80,7 +68,7 @@ fn hand_written(sim: &Sim) -> Vec<Object> {
                     {"port": port_name, "interval": "15s", "path": "/metrics",
                      "relabelings": [{"sourceLabels": ["__meta_kubernetes_pod_node_name"], "targetLabel": "node"}]},
                     {"targetPort": target_port, "scheme": "https",
-                     "tlsConfig": {"insecureSkipVerify": true, "caFile": ca_file()},
+                     "tlsConfig": {"insecureSkipVerify": true, "caFile": "/etc/prom/ca.crt"},
                      "bearerTokenSecret": {"name": "scrape-token", "key": "token"}},
                 ],
             }),
@@ -428,88 +416,8 @@ async fn monitor_jobs_equal_vmagent_running_the_operator_s_generated_config_and_
         Some(format!("http://herald.monitoring:9095/sd/v1/{name}?shard=1&shards=3").as_str())
     );
     assert!(yaml.contains("bearerTokenSecret"), "{yaml}");
-    prometheus_runs_the_generated_configs(&http, &herald).await;
     herald.stop().await;
     sim.shutdown().await;
-}
-
-/// `promtool check config` accepts `/scrape-configs` (whole and per shard), and a real Prometheus
-/// running a shard's config discovers exactly the targets herald serves for that shard, job by job.
-async fn prometheus_runs_the_generated_configs(http: &reqwest::Client, herald: &Herald) {
-    let Some(prom_bin) = installed::find("prometheus", installed::PROMETHEUS_INSTALL) else {
-        return;
-    };
-    let dir = tempfile::tempdir().expect("temp dir");
-    let base = herald.url().trim_end_matches('/').to_string();
-    for query in ["", "?shard=0&shards=2", "?shard=1&shards=2"] {
-        let sep = if query.is_empty() { "?" } else { "&" };
-        let yaml = http
-            .get(format!("{base}/scrape-configs{query}{sep}base={base}"))
-            .send()
-            .await
-            .expect("answers")
-            .text()
-            .await
-            .expect("text");
-        let config = format!("global: {{scrape_interval: 1h, scrape_timeout: 10s}}\n{yaml}");
-        peers::prometheus::promtool_check(&prom_bin, dir.path(), &config);
-        if query.is_empty() {
-            continue;
-        }
-        let parsed: serde_yaml::Value = serde_yaml::from_str(&yaml).expect("valid YAML");
-        let mut want: std::collections::BTreeSet<String> = Default::default();
-        for c in parsed["scrape_configs"]
-            .as_sequence()
-            .expect("scrape_configs")
-        {
-            let job = c["job_name"].as_str().expect("job_name");
-            let url = c["http_sd_configs"][0]["url"].as_str().expect("url");
-            let body: Vec<Value> = http
-                .get(url)
-                .send()
-                .await
-                .expect("answers")
-                .json()
-                .await
-                .expect("json");
-            for e in body {
-                want.insert(format!(
-                    "{job} {}",
-                    e["targets"][0].as_str().expect("address")
-                ));
-            }
-        }
-        assert!(!want.is_empty(), "shard {query} serves targets");
-        let mut prom = peers::prometheus::Prometheus::start(&prom_bin, &config).await;
-        let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-        loop {
-            let got: std::collections::BTreeSet<String> = prom
-                .targets()
-                .await
-                .expect("Prometheus lists targets")
-                .iter()
-                .filter(|t| !t.labels.is_empty())
-                .map(|t| {
-                    format!(
-                        "{} {}",
-                        t.job,
-                        t.discovered.get("__address__").cloned().unwrap_or_default()
-                    )
-                })
-                .collect();
-            if got == want {
-                break;
-            }
-            prom.check_alive().expect("Prometheus runs");
-            assert!(
-                tokio::time::Instant::now() < deadline,
-                "Prometheus on /scrape-configs{query}: only in herald {:#?}, only in Prometheus {:#?}",
-                want.difference(&got).collect::<Vec<_>>(),
-                got.difference(&want).collect::<Vec<_>>()
-            );
-            tokio::time::sleep(Duration::from_millis(500)).await;
-        }
-    }
 }
 
 /// The monitor jobs herald lists, sorted.

@@ -759,7 +759,8 @@ fn secret_references_are_unsupported_and_commented_in_the_scrape_config() {
                 "oauth2": {"clientId": {"configMap": {"name": "oa", "key": "id"}},
                            "clientSecret": {"name": "oa", "key": "secret"}, "tokenUrl": "https://t"},
                 "tlsConfig": {"caFile": "/etc/ca.pem", "serverName": "web.prod", "insecureSkipVerify": false,
-                              "cert": {"configMap": {"name": "certs", "key": "crt"}}},
+                              "cert": {"configMap": {"name": "certs", "key": "crt"}},
+                              "keySecret": {"name": "certs", "key": "key"}},
                 "metricRelabelings": [{"action": "drop", "sourceLabels": ["__name__"], "regex": "go_.*"}],
             }],
         }),
@@ -769,6 +770,7 @@ fn secret_references_are_unsupported_and_commented_in_the_scrape_config() {
         job.unsupported,
         vec![
             r#"spec.endpoints[0].tlsConfig.cert: ConfigMap "certs" key "crt""#,
+            r#"spec.endpoints[0].tlsConfig.keySecret: Secret "certs" key "key""#,
             r#"spec.endpoints[0].bearerTokenSecret: Secret "tok" key "token""#,
             r#"spec.endpoints[0].basicAuth: username Secret "ba" key "user", password Secret "ba" key "pass""#,
             r#"spec.endpoints[0].authorization: credentials Secret "auth" key "c""#,
@@ -782,6 +784,7 @@ fn secret_references_are_unsupported_and_commented_in_the_scrape_config() {
     );
     let expected = "\
 # unsupported: spec.endpoints[0].tlsConfig.cert: ConfigMap \"certs\" key \"crt\"
+# unsupported: spec.endpoints[0].tlsConfig.keySecret: Secret \"certs\" key \"key\"
 # unsupported: spec.endpoints[0].bearerTokenSecret: Secret \"tok\" key \"token\"
 # unsupported: spec.endpoints[0].basicAuth: username Secret \"ba\" key \"user\", password Secret \"ba\" key \"pass\"
 # unsupported: spec.endpoints[0].authorization: credentials Secret \"auth\" key \"c\"
@@ -950,4 +953,269 @@ fn label_names_are_sanitized_as_the_operator_does() {
         "app_kubernetes_io_name"
     );
     assert_eq!(sanitize_label_name("é-x_1"), "__x_1");
+}
+
+// --- what the operator's CRD and checks refuse, what herald ignores -------------------------
+
+#[test]
+fn unknown_fields_are_warnings_of_their_endpoint_s_job_and_the_rest_is_served() {
+    let spec = |typos: bool| {
+        let mut spec = json!({
+            "selector": {"matchLabels": {"app": "web"}},
+            "endpoints": [{"port": "web"}, {"port": "metrics"}],
+        });
+        if typos {
+            spec["jobLable"] = json!("app");
+            spec["endpoints"][0]["prot"] = json!("http");
+        }
+        spec
+    };
+    let obj = sm("a", "m", spec(true));
+    let jobs = service_monitor_jobs(&obj, &MonitorContext::default()).expect("served");
+    let prot = "unknown field spec.endpoints[0].prot (not in the operator's CRD: ignored)";
+    let lable = "unknown field spec.jobLable (not in the operator's CRD: ignored)";
+    assert_eq!(jobs[0].warnings, [prot, lable]);
+    assert_eq!(jobs[1].warnings, [lable]);
+    assert_eq!(
+        unknown_fields(&obj, MonitorKind::ServiceMonitor),
+        [prot, lable]
+    );
+    // Served as the apiserver would store it: without the unknown fields.
+    let pruned = service_monitor_jobs(&sm("a", "m", spec(false)), &MonitorContext::default())
+        .expect("served");
+    for (typo, clean) in jobs.iter().zip(&pruned) {
+        assert_eq!(typo.relabel_configs, clean.relabel_configs);
+        assert_eq!(typo.scrape, clean.scrape);
+        assert!(clean.warnings.is_empty());
+    }
+    let yaml = scrape_config_yaml(&jobs[0], "http://h/sd");
+    assert!(
+        yaml.starts_with(&format!(
+            "# warning: {prot}\n# warning: {lable}\n- job_name: "
+        )),
+        "{yaml}"
+    );
+    let parsed: Yaml = serde_yaml::from_str(&yaml).expect("comments keep it valid YAML");
+    assert_eq!(parsed[0]["job_name"], "serviceMonitor/a/m/0");
+}
+
+#[test]
+fn a_misspelled_endpoint_list_is_reported_though_no_job_is_left() {
+    let obj = sm("a", "m", json!({"endpoint": [{"port": "web"}]}));
+    assert_eq!(
+        service_monitor_jobs(&obj, &MonitorContext::default()),
+        Ok(vec![])
+    );
+    assert_eq!(
+        unknown_fields(&obj, MonitorKind::ServiceMonitor),
+        ["unknown field spec.endpoint (not in the operator's CRD: ignored)"]
+    );
+}
+
+#[test]
+fn values_the_crd_refuses_make_the_monitor_an_error_naming_the_field() {
+    let e = err_of(sm(
+        "a",
+        "m",
+        json!({"endpoints": [{"port": "web"}, {"port": "x", "interval": "15sec"}]}),
+    ));
+    assert!(
+        e.starts_with(
+            "ServiceMonitor a/m: spec.endpoints[1].interval: \"15sec\" does not match the CRD's pattern"
+        ),
+        "{e}"
+    );
+    let e = err_of(sm(
+        "a",
+        "m",
+        json!({"bodySizeLimit": "10 MB", "endpoints": [{}]}),
+    ));
+    assert!(
+        e.starts_with("ServiceMonitor a/m: spec.bodySizeLimit: "),
+        "{e}"
+    );
+    let e = pod_monitor_jobs(
+        &pm(
+            "a",
+            "p",
+            json!({"podMetricsEndpoints": [{"tlsConfig": {"minVersion": "TLS1.3"}}]}),
+        ),
+        &MonitorContext::default(),
+    )
+    .expect_err("refused")
+    .to_string();
+    assert_eq!(
+        e,
+        "PodMonitor a/p: spec.podMetricsEndpoints[0].tlsConfig.minVersion: \"TLS1.3\" is not one of TLS10, TLS11, TLS12, TLS13"
+    );
+}
+
+#[test]
+fn a_scrape_timeout_over_the_interval_rejects_the_monitor_as_the_operator_does() {
+    let e = err_of(sm(
+        "a",
+        "m",
+        json!({"endpoints": [{"interval": "10s", "scrapeTimeout": "20s"}]}),
+    ));
+    assert_eq!(
+        e,
+        "ServiceMonitor a/m: spec.endpoints[0].scrapeTimeout: \"20s\" is greater than interval \"10s\""
+    );
+    // Without an interval, the Prometheus's (the operator's default 30s unless given).
+    let obj = sm("a", "m", json!({"endpoints": [{"scrapeTimeout": "45s"}]}));
+    let e = err_of(obj.clone());
+    assert_eq!(
+        e,
+        "ServiceMonitor a/m: spec.endpoints[0].scrapeTimeout: \"45s\" is greater than the Prometheus's scrapeInterval \"30s\""
+    );
+    let ctx = MonitorContext {
+        scrape_interval: "1m".into(),
+        ..MonitorContext::default()
+    };
+    assert_eq!(
+        one_sm(&obj, &ctx).scrape.scrape_timeout.as_deref(),
+        Some("45s")
+    );
+}
+
+#[test]
+fn a_client_certificate_without_its_key_rejects_the_monitor() {
+    let e = err_of(sm(
+        "a",
+        "m",
+        json!({"endpoints": [{"tlsConfig": {"certFile": "/etc/c.crt"}}]}),
+    ));
+    assert_eq!(
+        e,
+        "ServiceMonitor a/m: spec.endpoints[0].tlsConfig.certFile: a client certificate without a client key"
+    );
+    let e = err_of(sm(
+        "a",
+        "m",
+        json!({"endpoints": [{"tlsConfig": {"caFile": "/ca", "ca": {"secret": {"name": "s", "key": "k"}}}}]}),
+    ));
+    assert_eq!(
+        e,
+        "ServiceMonitor a/m: spec.endpoints[0].tlsConfig.caFile: cannot specify both caFile and ca"
+    );
+}
+
+#[test]
+fn a_pod_monitor_s_tls_files_are_ignored_and_reported() {
+    let obj = pm(
+        "a",
+        "p",
+        json!({"podMetricsEndpoints": [{"port": "web",
+            "tlsConfig": {"caFile": "/ca", "insecureSkipVerify": true}}]}),
+    );
+    let job = one_pm(&obj, &MonitorContext::default());
+    assert_eq!(
+        job.scrape.tls_config,
+        Some(TlsFiles {
+            insecure_skip_verify: Some(true),
+            ..TlsFiles::default()
+        })
+    );
+    assert_eq!(
+        job.warnings,
+        [
+            "unknown field spec.podMetricsEndpoints[0].tlsConfig.caFile (not in the operator's CRD: ignored)"
+        ]
+    );
+}
+
+#[test]
+fn native_histogram_settings_are_reported_as_unsupported() {
+    let obj = sm(
+        "a",
+        "m",
+        json!({"nativeHistogramBucketLimit": 160, "scrapeClassicHistograms": true,
+               "endpoints": [{"port": "web"}]}),
+    );
+    let job = one_sm(&obj, &MonitorContext::default());
+    assert_eq!(
+        job.unsupported,
+        [
+            "spec.scrapeClassicHistograms: true (native histogram settings are not written)",
+            "spec.nativeHistogramBucketLimit: 160 (native histogram settings are not written)",
+        ]
+    );
+}
+
+#[test]
+fn the_port_rule_is_the_keep_rule_after_the_operator_s_selection() {
+    let check = |job: &MonitorJob, field: &str, port: &str, source: &str| {
+        let rule = job.port_rule.as_ref().expect("a port rule");
+        assert_eq!((rule.field.as_str(), rule.port.as_str()), (field, port));
+        let keep = &job.relabel_configs[rule.rule];
+        assert_eq!(keep.action, crate::relabel::Action::Keep);
+        assert_eq!(keep.source_labels(), [source]);
+        assert!(keep.regex.is_match(port));
+        // The rules before it only select: none reads a port.
+        assert!(
+            job.relabel_configs[..rule.rule]
+                .iter()
+                .all(|r| r.source_labels().iter().all(|l| !l.contains("port"))),
+            "{:?}",
+            &job.relabel_configs[..rule.rule]
+        );
+    };
+    let ctx = MonitorContext::default();
+    let svc = |ep: Value| {
+        one_sm(
+            &sm(
+                "a",
+                "m",
+                json!({"selector": {"matchLabels": {"app": "x"}}, "endpoints": [ep]}),
+            ),
+            &ctx,
+        )
+    };
+    check(
+        &svc(json!({"port": "web"})),
+        "spec.endpoints[0].port",
+        "web",
+        "__meta_kubernetes_endpoint_port_name",
+    );
+    check(
+        &svc(json!({"targetPort": "http"})),
+        "spec.endpoints[0].targetPort",
+        "http",
+        "__meta_kubernetes_pod_container_port_name",
+    );
+    check(
+        &svc(json!({"targetPort": 8080})),
+        "spec.endpoints[0].targetPort",
+        "8080",
+        "__meta_kubernetes_pod_container_port_number",
+    );
+    assert_eq!(svc(json!({"path": "/m"})).port_rule, None);
+    let pod = |ep: Value| {
+        one_pm(
+            &pm(
+                "a",
+                "p",
+                json!({"selector": {"matchLabels": {"app": "x"}}, "podMetricsEndpoints": [ep]}),
+            ),
+            &ctx,
+        )
+    };
+    check(
+        &pod(json!({"port": "web"})),
+        "spec.podMetricsEndpoints[0].port",
+        "web",
+        "__meta_kubernetes_pod_container_port_name",
+    );
+    check(
+        &pod(json!({"portNumber": 9090})),
+        "spec.podMetricsEndpoints[0].portNumber",
+        "9090",
+        "__meta_kubernetes_pod_container_port_number",
+    );
+    check(
+        &pod(json!({"targetPort": "metrics"})),
+        "spec.podMetricsEndpoints[0].targetPort",
+        "metrics",
+        "__meta_kubernetes_pod_container_port_name",
+    );
 }

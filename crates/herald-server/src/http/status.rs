@@ -115,10 +115,13 @@ pub fn render(s: &Status) -> String {
             if m.ready { "ok" } else { "syncing" },
             if m.ready { "ok" } else { "syncing" },
         );
-        if !m.problems.is_empty() {
+        if !m.problems.is_empty() || !m.warnings.is_empty() {
             h.push_str("<ul id=\"monitor-problems\">");
             for p in &m.problems {
-                let _ = write!(h, "<li>{}</li>", esc(p));
+                let _ = write!(h, "<li>not served: {}</li>", esc(p));
+            }
+            for w in &m.warnings {
+                let _ = write!(h, "<li>served: {}</li>", esc(w));
             }
             h.push_str("</ul>");
         }
@@ -226,6 +229,7 @@ mod tests {
                 monitors: 3,
                 jobs: 4,
                 problems: vec!["servicemonitors a/b: <bad>".into()],
+                warnings: vec!["ServiceMonitor a/c: unknown field spec.<x>".into()],
                 ready: true,
             }),
             recent_warnings: vec![RecentWarning {
@@ -245,7 +249,11 @@ mod tests {
         assert!(html.contains("01:02:03"));
         assert!(html.contains("<dd id=\"monitor-jobs\">4</dd>"), "{html}");
         assert!(
-            html.contains("<li>servicemonitors a/b: &lt;bad&gt;</li>"),
+            html.contains("<li>not served: servicemonitors a/b: &lt;bad&gt;</li>"),
+            "{html}"
+        );
+        assert!(
+            html.contains("<li>served: ServiceMonitor a/c: unknown field spec.&lt;x&gt;</li>"),
             "{html}"
         );
         assert_eq!(

@@ -125,22 +125,21 @@ impl Prometheus {
     }
 }
 
-/// Runs `promtool check config` (installed beside `prometheus_bin`) on `config`, written to `dir`;
-/// panics with promtool's output and the config when it is refused.
-pub fn promtool_check(prometheus_bin: &Path, dir: &Path, config: &str) {
-    let promtool = prometheus_bin.with_file_name("promtool");
-    let file = dir.join("prometheus.yml");
-    std::fs::write(&file, config).expect("write config");
-    let check = std::process::Command::new(&promtool)
+/// `promtool check config` on `config` (written as `<name>.yml` in `dir`, beside any files it
+/// names); panics with promtool's output when it refuses it.
+pub fn promtool_check(promtool: &Path, dir: &Path, name: &str, config: &str) {
+    let file = dir.join(format!("{name}.yml"));
+    std::fs::write(&file, config).expect("write the config");
+    let out = std::process::Command::new(promtool)
         .args(["check", "config"])
         .arg(&file)
         .output()
         .unwrap_or_else(|e| panic!("run {}: {e}", promtool.display()));
     assert!(
-        check.status.success(),
-        "promtool check config refused: {}{}\n{config}",
-        String::from_utf8_lossy(&check.stdout),
-        String::from_utf8_lossy(&check.stderr)
+        out.status.success(),
+        "promtool check config refused the {name} config:\n{}{}\n{config}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
     );
 }
 
