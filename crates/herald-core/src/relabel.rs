@@ -10,12 +10,13 @@
 //! use UTF-8 as a Prometheus 3 with default settings does.
 //!
 //! Regexes are anchored as `NewRegexp` anchors them, `^(?s:re)$` (`.` matches newlines too), and are
-//! compiled once, when a rule is read. Go's `regexp` and Rust's `regex` share RE2's syntax; where they
-//! differ, patterns are translated to mean what they mean in Go (see [`Regexp`]). Templates
-//! (`replacement`, and `target_label` of `replace`) are expanded with Go's `Regexp.Expand` rules
-//! (`$1`, `${1}`, `$name`, `${name}`, the longest name wins, `$$` is a `$`, unknown or unmatched groups
-//! expand to nothing, a malformed `$` is kept as text), which differ from `regex::Captures::expand` in
-//! corner cases (`${a-b}`, `$é`), so herald expands them itself.
+//! compiled once, when a rule is read; rules with the same pattern share one compiled regex while any
+//! of them lives (thousands of monitor jobs repeat the same few patterns). Go's `regexp` and Rust's
+//! `regex` share RE2's syntax; where they differ, patterns are translated to mean what they mean in Go
+//! (see [`Regexp`]). Templates (`replacement`, and `target_label` of `replace`) are expanded with Go's
+//! `Regexp.Expand` rules (`$1`, `${1}`, `$name`, `${name}`, the longest name wins, `$$` is a `$`,
+//! unknown or unmatched groups expand to nothing, a malformed `$` is kept as text), which differ from
+//! `regex::Captures::expand` in corner cases (`${a-b}`, `$é`), so herald expands them itself.
 //!
 //! Labels are a [`LabelSet`]; as in Prometheus's `labels.Builder`, a missing label reads as `""` and
 //! setting a label to `""` deletes it. Labels present with an empty value are kept unless a rule touches
@@ -23,8 +24,9 @@
 //! values before relabeling; callers wanting exactly that should remove them first).
 
 use std::borrow::Cow;
+use std::collections::HashMap;
 use std::fmt;
-use std::sync::LazyLock;
+use std::sync::{Arc, LazyLock, Mutex, PoisonError, Weak};
 
 use regex::{CaptureLocations, Regex};
 use serde::Deserialize;
@@ -187,10 +189,14 @@ impl NameValidation {
 ///
 /// Not translated (NB): Rust accepts some syntax Go rejects (e.g. `(?x)`, `\<`, repetition counts over
 /// 1000), and a class's `--` is a set difference in Rust but a range ending at `-` in Go.
+///
+/// The compiled regex is shared: by clones, and by every `Regexp` of the same pattern alive at once
+/// (`compiled`), so a rule costs its pattern's text, not a compiled program and match caches of
+/// its own (~9 KiB a rule before: 4,951 monitor jobs' rules took ~550 MB at k8s-limits).
 #[derive(Clone)]
 pub struct Regexp {
     source: String,
-    regex: Regex,
+    regex: Arc<Regex>,
     /// Whether this is the default (`regex` not given). Prometheus compares configs' regexes by
     /// pointer, so an explicit `regex: (.*)` is not "the default" for `keepequal`/`dropequal`.
     default: bool,
@@ -200,7 +206,7 @@ impl Regexp {
     /// Compile `pattern`, anchored.
     pub fn new(pattern: &str) -> Result<Self, RelabelError> {
         let anchored = format!("^(?s:{})$", translate_go_pattern(pattern));
-        let regex = Regex::new(&anchored).map_err(|e| RelabelError::Regex {
+        let regex = compiled(&anchored).map_err(|e| RelabelError::Regex {
             regex: pattern.to_owned(),
             message: e.to_string(),
         })?;
@@ -230,6 +236,50 @@ impl Regexp {
     pub fn regex(&self) -> &Regex {
         &self.regex
     }
+}
+
+/// Compiled regexes by anchored pattern, held weakly: a pattern is compiled again only when no rule
+/// holds it any more.
+#[derive(Default)]
+struct Compiled {
+    by_pattern: HashMap<String, Weak<Regex>>,
+    /// Entries past which dead ones are swept out (twice the live ones after a sweep).
+    sweep_at: usize,
+}
+
+static COMPILED: LazyLock<Mutex<Compiled>> = LazyLock::new(Mutex::default);
+
+/// The compiled regex of `anchored`: the one a live `Regexp` holds, or a new one.
+fn compiled(anchored: &str) -> Result<Arc<Regex>, regex::Error> {
+    let lock = || COMPILED.lock().unwrap_or_else(PoisonError::into_inner);
+    if let Some(live) = lock().by_pattern.get(anchored).and_then(Weak::upgrade) {
+        return Ok(live);
+    }
+    // Compiled without the lock; another thread may compile the same pattern meanwhile, and the one
+    // stored first is kept.
+    let regex = Arc::new(Regex::new(anchored)?);
+    let mut compiled = lock();
+    if let Some(live) = compiled.by_pattern.get(anchored).and_then(Weak::upgrade) {
+        return Ok(live);
+    }
+    if compiled.by_pattern.len() >= compiled.sweep_at {
+        compiled.by_pattern.retain(|_, r| r.strong_count() > 0);
+        compiled.sweep_at = (2 * compiled.by_pattern.len()).max(1024);
+    }
+    compiled
+        .by_pattern
+        .insert(anchored.to_owned(), Arc::downgrade(&regex));
+    Ok(regex)
+}
+
+/// How many patterns the shared regexes hold, live or not yet swept out.
+#[cfg(test)]
+fn compiled_entries() -> usize {
+    COMPILED
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .by_pattern
+        .len()
 }
 
 impl Default for Regexp {

@@ -1420,3 +1420,55 @@ fn a_rule_written_back_as_yaml_reads_as_the_same_rule() {
         back.validate().expect("still valid");
     }
 }
+
+#[test]
+fn rules_of_one_pattern_share_one_compiled_regex_while_one_lives() {
+    // A pattern no other test uses: tests run in parallel and share the compiled regexes.
+    let pattern = "shared-(\\d+)-only-in-this-test";
+    let a = Regexp::new(pattern).expect("compiles");
+    let b = Regexp::new(pattern).expect("compiles");
+    assert!(Arc::ptr_eq(&a.regex, &b.regex));
+    assert!(Arc::ptr_eq(&a.regex, &a.clone().regex));
+    // Shared by what is compiled: Go's `\d` is translated to `[0-9]`, so both are one regex, and
+    // each keeps the pattern as written. Another pattern is its own.
+    let ascii = Regexp::new("shared-([0-9]+)-only-in-this-test").expect("compiles");
+    assert!(Arc::ptr_eq(&a.regex, &ascii.regex));
+    assert_eq!(
+        (a.as_str(), ascii.as_str()),
+        (pattern, "shared-([0-9]+)-only-in-this-test")
+    );
+    assert_ne!(a, ascii);
+    let other = Regexp::new("shared-(\\d*)-only-in-this-test").expect("compiles");
+    assert!(!Arc::ptr_eq(&a.regex, &other.regex));
+    // Matching is unchanged: Go's ASCII `\d`, anchored.
+    assert!(a.is_match("shared-42-only-in-this-test"));
+    assert!(!b.is_match("shared-٤٢-only-in-this-test"));
+    assert!(!b.is_match("xshared-42-only-in-this-test"));
+    // Once no rule holds it, the pattern is compiled again (nothing keeps it alive).
+    let weak = Arc::downgrade(&a.regex);
+    drop((a, b, ascii));
+    assert!(weak.upgrade().is_none());
+    let again = Regexp::new(pattern).expect("compiles");
+    assert!(again.is_match("shared-7-only-in-this-test"));
+    // Rules read from YAML share it too; the default regex is one for every rule.
+    let rules = rules(
+        "- {source_labels: [a], regex: 'shared-(\\d+)-only-in-this-test', action: keep}\n- {source_labels: [a], target_label: b}\n- {source_labels: [b], target_label: c}",
+    );
+    assert!(Arc::ptr_eq(&rules[0].regex.regex, &again.regex));
+    assert!(Arc::ptr_eq(&rules[1].regex.regex, &rules[2].regex.regex));
+}
+
+#[test]
+fn dead_patterns_are_swept_out_of_the_shared_regexes() {
+    // Many patterns compiled and dropped leave at most about twice the live ones behind.
+    for i in 0..5_000 {
+        Regexp::new(&format!("swept-{i}")).expect("compiles");
+    }
+    let held: Vec<Regexp> = (0..10)
+        .map(|i| Regexp::new(&format!("held-{i}")).expect("compiles"))
+        .collect();
+    let entries = compiled_entries();
+    // Other tests compile (and hold) patterns at the same time; 5,000 dead entries would be far more.
+    assert!(entries < 4_000, "{entries} entries kept");
+    assert!(held.iter().all(|r| r.is_match(r.as_str())));
+}
