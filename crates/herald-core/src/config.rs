@@ -105,6 +105,12 @@ pub struct MonitorsConfig {
     /// (the operator's default) or `EndpointSlice`.
     #[serde(default = "endpoints_role")]
     pub service_discovery_role: String,
+    /// The roles ServiceMonitors may discover with, one base job (an index over that kind) each.
+    /// Empty: `service_discovery_role` alone. List both `Endpoints` and `EndpointSlice` when some
+    /// ServiceMonitors set their own `serviceDiscoveryRole`, or when the followed Prometheus object
+    /// may switch roles; a ServiceMonitor needing a role not listed is reported, not served.
+    #[serde(default)]
+    pub service_discovery_roles: Vec<String>,
     /// As the Prometheus object's `ignoreNamespaceSelectors`: every monitor discovers in its own
     /// namespace only.
     #[serde(default)]
@@ -137,13 +143,37 @@ impl MonitorsConfig {
         self.prometheus.as_deref().and_then(|p| p.split_once('/'))
     }
 
-    /// The role ServiceMonitors discover with.
+    /// The role ServiceMonitors discover with unless they set their own.
     pub fn service_role(&self) -> Role {
-        if self.service_discovery_role == "EndpointSlice" {
-            Role::EndpointSlice
-        } else {
-            Role::Endpoints
+        service_role_named(&self.service_discovery_role)
+    }
+
+    /// Every role ServiceMonitors may discover with (`service_discovery_roles`, else the default
+    /// role alone), in the order configured, without repeats.
+    pub fn service_roles(&self) -> Vec<Role> {
+        if self.service_discovery_roles.is_empty() {
+            return vec![self.service_role()];
         }
+        let mut roles = Vec::new();
+        for r in self
+            .service_discovery_roles
+            .iter()
+            .map(|r| service_role_named(r))
+        {
+            if !roles.contains(&r) {
+                roles.push(r);
+            }
+        }
+        roles
+    }
+}
+
+/// A validated `serviceDiscoveryRole` value as a role.
+fn service_role_named(name: &str) -> Role {
+    if name == "EndpointSlice" {
+        Role::EndpointSlice
+    } else {
+        Role::Endpoints
     }
 }
 
@@ -450,10 +480,28 @@ pub fn parse_config(yaml: &str) -> Result<Config, ConfigError> {
                     )));
                 }
             }
-            if !["Endpoints", "EndpointSlice"].contains(&m.service_discovery_role.as_str()) {
+            for (field, role) in
+                std::iter::once(("service_discovery_role", &m.service_discovery_role)).chain(
+                    m.service_discovery_roles
+                        .iter()
+                        .map(|r| ("service_discovery_roles", r)),
+                )
+            {
+                if !["Endpoints", "EndpointSlice"].contains(&role.as_str()) {
+                    return Err(ConfigError::Yaml(format!(
+                        "monitors.{field} {role:?}: must be Endpoints or EndpointSlice"
+                    )));
+                }
+            }
+            if !m.service_discovery_roles.is_empty()
+                && !m
+                    .service_discovery_roles
+                    .contains(&m.service_discovery_role)
+            {
                 return Err(ConfigError::Yaml(format!(
-                    "monitors.service_discovery_role {:?}: must be Endpoints or EndpointSlice",
-                    m.service_discovery_role
+                    "monitors.service_discovery_roles {:?} lacks the default role \
+                     monitors.service_discovery_role {:?}",
+                    m.service_discovery_roles, m.service_discovery_role
                 )));
             }
             Some(m)

@@ -45,7 +45,7 @@ pub fn base_name(role: Role) -> String {
 pub fn base_roles(cfg: &MonitorsConfig) -> Vec<Role> {
     let mut roles = Vec::new();
     if cfg.service_monitors {
-        roles.push(cfg.service_role());
+        roles.extend(cfg.service_roles());
     }
     if cfg.pod_monitors {
         roles.push(Role::Pod);
@@ -474,7 +474,8 @@ pub fn build_views(shared: &Shared, cfg: &MonitorsConfig) -> Views {
                 }
                 let Some(base) = shared.job(&base_name(job.role)) else {
                     views.problems.push(format!(
-                        "{}: role {} has no base job (set monitors.service_discovery_role to {})",
+                        "{}: discovers with role {} that herald keeps no base job for \
+                         (add {} to monitors.service_discovery_roles)",
                         job.name,
                         job.role.as_str(),
                         if job.role == Role::EndpointSlice {

@@ -26,7 +26,7 @@ use serde_json::{Value, json};
 
 /// Hand-written monitors: targetPort by number, namespaceSelector matchNames and any, targetLabels,
 /// podTargetLabels, jobLabel, the monitor's own relabelings, a secret reference (reported, not
-/// served silently), a PodMonitor by port name.
+/// served silently), a ServiceMonitor with its own `serviceDiscoveryRole`, a PodMonitor by port name.
 fn hand_written(sim: &Sim) -> Vec<Object> {
     // A Service with a selector, its namespace and labels, from kube-sim's own cluster.
     let services = sim.handle().objects_json(Kind::Service);
@@ -80,6 +80,19 @@ fn hand_written(sim: &Sim) -> Vec<Object> {
             json!({
                 "selector": {"matchExpressions": [{"key": "app", "operator": "In", "values": [app]}]},
                 "endpoints": [{"port": port_name, "params": {"format": ["prometheus"]}}],
+            }),
+        ),
+        monitor(
+            Kind::ServiceMonitor,
+            ns,
+            "hand-endpointslice",
+            json!({
+                "serviceDiscoveryRole": "EndpointSlice",
+                "selector": {"matchLabels": {"app": app}},
+                "targetLabels": ["app"],
+                "endpoints": [{"port": port_name, "relabelings": [
+                    {"sourceLabels": ["__meta_kubernetes_endpointslice_name"], "targetLabel": "slice"},
+                ]}],
             }),
         ),
         monitor(
@@ -199,10 +212,19 @@ async fn monitor_jobs_equal_vmagent_running_the_operator_s_generated_config_and_
     let planted = hand_written(&sim);
     sim.handle()
         .apply(planted.into_iter().map(Write::Put).collect());
-    let herald = start_herald(&sim, "jobs: []\nmonitors: {}\n").await;
+    let herald = start_herald(
+        &sim,
+        "jobs: []\nmonitors: {service_discovery_roles: [Endpoints, EndpointSlice]}\n",
+    )
+    .await;
     let http = reqwest::Client::new();
 
     let jobs: Vec<MonitorJob> = monitors(&sim).iter().flat_map(jobs_of).collect();
+    assert!(
+        jobs.iter()
+            .any(|j| j.name.contains("/hand-endpointslice/") && j.role.as_str() == "endpointslice"),
+        "the monitor's own serviceDiscoveryRole is the job's role"
+    );
     let names: Vec<String> = jobs.iter().map(|j| j.name.clone()).collect();
     assert!(
         names.len() > 5,
@@ -310,6 +332,13 @@ async fn monitor_jobs_equal_vmagent_running_the_operator_s_generated_config_and_
             && l.contains_key("endpoint")
             && l.contains_key("service")),
         "{hand:?}"
+    );
+    // The ServiceMonitor with its own serviceDiscoveryRole discovered through EndpointSlices.
+    assert!(
+        agreed
+            .iter()
+            .any(|l| l.get("slice").is_some_and(|s| !s.is_empty())),
+        "the EndpointSlice monitor's targets are active, labelled with their slice"
     );
     drop((direct, through));
 
@@ -511,7 +540,7 @@ async fn monitors_are_taken_from_a_prometheus_object_as_the_operator_selects_the
     prometheus["spec"]["podMonitorNamespaceSelector"] = json!({});
     sim.handle().apply(vec![Write::Put(Object::Custom(
         Kind::Prometheus,
-        prometheus,
+        prometheus.clone(),
     ))]);
     let want = expected(true);
     let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
@@ -526,6 +555,68 @@ async fn monitors_are_taken_from_a_prometheus_object_as_the_operator_selects_the
         );
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
+
+    // The Prometheus object switches to Endpoints, a role this herald keeps no base job for: its
+    // ServiceMonitor jobs are reported by name with the fix, not served; its PodMonitor jobs stay.
+    // A herald keeping both roles follows the switch.
+    let both = start_herald(
+        &sim,
+        "jobs: []\nmonitors: {prometheus: monitoring/mesh, service_discovery_role: EndpointSlice, \
+         service_discovery_roles: [EndpointSlice, Endpoints]}\n",
+    )
+    .await;
+    assert_eq!(listed_monitor_jobs(&http, &both).await, want);
+    prometheus["spec"]["serviceDiscoveryRole"] = json!("Endpoints");
+    sim.handle().apply(vec![Write::Put(Object::Custom(
+        Kind::Prometheus,
+        prometheus,
+    ))]);
+    let switched: Vec<(String, String)> = want
+        .iter()
+        .map(|(name, role)| {
+            let role = if role == "endpointslice" {
+                "endpoints"
+            } else {
+                role
+            };
+            (name.clone(), role.to_string())
+        })
+        .collect();
+    assert!(switched.iter().any(|(_, r)| r == "endpoints"));
+    let pod_jobs: Vec<(String, String)> = want
+        .iter()
+        .filter(|(_, role)| role == "pod")
+        .cloned()
+        .collect();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let got_both = listed_monitor_jobs(&http, &both).await;
+        let got_one = listed_monitor_jobs(&http, &herald).await;
+        let errors: Vec<String> = sd_jobs(&http, &herald)
+            .await
+            .iter()
+            .filter_map(|e| e["monitor_error"].as_str().map(str::to_string))
+            .collect();
+        let reported = switched
+            .iter()
+            .filter(|(_, r)| r == "endpoints")
+            .all(|(name, _)| {
+                errors.iter().any(|e| {
+                    e.starts_with(&format!("{name}: discovers with role endpoints"))
+                        && e.contains("add Endpoints to monitors.service_discovery_roles")
+                })
+            });
+        if got_both == switched && got_one == pod_jobs && reported {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "after the switch to Endpoints: both roles {got_both:?} != {switched:?}, or one role \
+             {got_one:?} != {pod_jobs:?}, or not reported: {errors:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    both.stop().await;
     herald.stop().await;
     sim.shutdown().await;
 }

@@ -529,7 +529,27 @@ fn the_monitors_section_defaults_to_every_monitor_and_names_what_is_wrong() {
     .expect("on");
     assert_eq!(p.prometheus_object(), Some(("monitoring", "k8s")));
     assert_eq!(p.service_role(), Role::EndpointSlice);
+    assert_eq!(p.service_roles(), vec![Role::EndpointSlice]);
+    let both = parse_config(
+        "jobs: []\nmonitors: {service_discovery_roles: [EndpointSlice, Endpoints, Endpoints]}\n",
+    )
+    .expect("valid")
+    .monitors
+    .expect("on");
+    assert_eq!(both.service_role(), Role::Endpoints);
+    assert_eq!(
+        both.service_roles(),
+        vec![Role::EndpointSlice, Role::Endpoints]
+    );
     for (yaml, needle) in [
+        (
+            "monitors: {service_discovery_roles: [Endpoints, Pod]}",
+            "monitors.service_discovery_roles \"Pod\"",
+        ),
+        (
+            "monitors: {service_discovery_roles: [EndpointSlice]}",
+            "lacks the default role",
+        ),
         ("monitors: {prometheus: k8s}", "must be <namespace>/<name>"),
         (
             "monitors: {prometheus: monitoring/k8s, selector: a=b}",
