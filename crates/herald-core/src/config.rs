@@ -111,6 +111,12 @@ pub struct MonitorsConfig {
     /// may switch roles; a ServiceMonitor needing a role not listed is reported, not served.
     #[serde(default)]
     pub service_discovery_roles: Vec<String>,
+    /// Scrape classes, as the Prometheus object's `scrapeClasses` (same fields: `name`, `default`,
+    /// `relabelings`, `metricRelabelings`, `tlsConfig`, `authorization`, `attachMetadata`,
+    /// `fallbackScrapeProtocol`), for monitors naming one in `spec.scrapeClass` or taking the
+    /// default. With `prometheus:` they come from the Prometheus object instead.
+    #[serde(default)]
+    pub scrape_classes: Vec<serde_json::Value>,
     /// As the Prometheus object's `ignoreNamespaceSelectors`: every monitor discovers in its own
     /// namespace only.
     #[serde(default)]
@@ -146,6 +152,12 @@ impl MonitorsConfig {
     /// The role ServiceMonitors discover with unless they set their own.
     pub fn service_role(&self) -> Role {
         service_role_named(&self.service_discovery_role)
+    }
+
+    /// The parsed `scrape_classes`.
+    pub fn scrape_classes(&self) -> Vec<crate::monitor::ScrapeClass> {
+        crate::monitor::scrape_classes(&serde_json::Value::Array(self.scrape_classes.clone()))
+            .expect("parse_config validated monitors.scrape_classes")
     }
 
     /// Every role ServiceMonitors may discover with (`service_discovery_roles`, else the default
@@ -472,11 +484,12 @@ pub fn parse_config(yaml: &str) -> Result<Config, ConfigError> {
                 if !m.namespaces.is_empty()
                     || !m.selector.is_empty()
                     || m.ignore_namespace_selectors
+                    || !m.scrape_classes.is_empty()
                 {
                     return Err(ConfigError::Yaml(format!(
                         "monitors.prometheus {p:?} takes the selection from the Prometheus object: \
-                         leave monitors.namespaces, monitors.selector and \
-                         monitors.ignore_namespace_selectors unset"
+                         leave monitors.namespaces, monitors.selector, \
+                         monitors.ignore_namespace_selectors and monitors.scrape_classes unset"
                     )));
                 }
             }
@@ -493,6 +506,8 @@ pub fn parse_config(yaml: &str) -> Result<Config, ConfigError> {
                     )));
                 }
             }
+            crate::monitor::scrape_classes(&serde_json::Value::Array(m.scrape_classes.clone()))
+                .map_err(|e| ConfigError::Yaml(format!("monitors.scrape_classes: {e}")))?;
             if !m.service_discovery_roles.is_empty()
                 && !m
                     .service_discovery_roles

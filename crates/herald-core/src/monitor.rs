@@ -206,6 +206,94 @@ pub struct OAuth2 {
     pub token_url: String,
 }
 
+/// `authorization` of a scrape class (`Authorization`: a Secret or a file, not both).
+#[derive(Debug, Clone, PartialEq, Eq, Default, Deserialize)]
+#[serde(default, rename_all = "camelCase")]
+pub struct ClassAuthorization {
+    #[serde(rename = "type", deserialize_with = "nullable")]
+    pub kind: String,
+    pub credentials: Option<KeySelector>,
+    #[serde(deserialize_with = "nullable")]
+    pub credentials_file: String,
+}
+
+/// A scrape class of the Prometheus resource (`spec.scrapeClasses[]`): settings a monitor takes by
+/// naming it in `spec.scrapeClass`, or from the default class when it names none.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Deserialize)]
+#[serde(default, rename_all = "camelCase")]
+pub struct ScrapeClass {
+    #[serde(deserialize_with = "nullable")]
+    pub name: String,
+    pub default: Option<bool>,
+    pub fallback_scrape_protocol: Option<String>,
+    pub tls_config: Option<TlsConfig>,
+    pub authorization: Option<ClassAuthorization>,
+    #[serde(deserialize_with = "nullable")]
+    pub relabelings: Vec<MonitorRelabelConfig>,
+    #[serde(deserialize_with = "nullable")]
+    pub metric_relabelings: Vec<MonitorRelabelConfig>,
+    pub attach_metadata: Option<MonitorAttachMetadata>,
+}
+
+/// The scrape classes of `value` (a Prometheus resource's `spec.scrapeClasses`, or herald's
+/// `monitors.scrape_classes`; `null` is none), checked as the operator checks them
+/// (`getScrapeClassConfig`): valid relabelings and metricRelabelings, a TLS config and an
+/// authorization that go together, one default class at most; and, as the CRD's list key, a
+/// non-empty name given once. The error names the class and field.
+pub fn scrape_classes(value: &Value) -> Result<Vec<ScrapeClass>, String> {
+    if value.is_null() {
+        return Ok(Vec::new());
+    }
+    let classes: Vec<ScrapeClass> = serde_json::from_value(value.clone())
+        .map_err(|e| format!("not a list of scrape classes: {e}"))?;
+    let mut default: Option<&str> = None;
+    for (i, c) in classes.iter().enumerate() {
+        if c.name.is_empty() {
+            return Err(format!("[{i}].name: must not be empty"));
+        }
+        let at = format!("{:?}", c.name);
+        if classes[..i].iter().any(|o| o.name == c.name) {
+            return Err(format!("{at}: name given twice"));
+        }
+        for (field, rules) in [
+            ("relabelings", &c.relabelings),
+            ("metricRelabelings", &c.metric_relabelings),
+        ] {
+            for (j, rc) in rules.iter().enumerate() {
+                let parsed: RelabelConfig = serde_yaml::from_value(rc.to_yaml())
+                    .map_err(|e| format!("{at}: {field}[{j}]: {e}"))?;
+                parsed
+                    .validate()
+                    .map_err(|e| format!("{at}: {field}[{j}]: {e}"))?;
+            }
+        }
+        if let Some(tls) = &c.tls_config {
+            validate::tls(tls, true).map_err(|(f, m)| format!("{at}: tlsConfig.{f}: {m}"))?;
+        }
+        if let Some(a) = &c.authorization {
+            if a.credentials.is_some() && !a.credentials_file.is_empty() {
+                return Err(format!(
+                    "{at}: authorization: can not specify both credentials and credentialsFile"
+                ));
+            }
+            if a.kind.trim().eq_ignore_ascii_case("basic") {
+                return Err(format!(
+                    "{at}: authorization.type: cannot be \"basic\", use basicAuth instead"
+                ));
+            }
+        }
+        if c.default == Some(true) {
+            if let Some(d) = default {
+                return Err(format!(
+                    "{at}: multiple default scrape classes defined ({d:?} is default too)"
+                ));
+            }
+            default = Some(&c.name);
+        }
+    }
+    Ok(classes)
+}
+
 /// A relabeling in the operator's syntax (`monitoringv1.RelabelConfig`).
 #[derive(Debug, Clone, PartialEq, Eq, Default, Deserialize)]
 #[serde(default, rename_all = "camelCase")]
@@ -543,6 +631,25 @@ pub struct MonitorContext {
     /// `scrapeInterval` of the Prometheus resource (the operator's default `30s`): an endpoint's
     /// `scrapeTimeout` must not exceed it when the endpoint sets no interval.
     pub scrape_interval: String,
+    /// `scrapeClasses` of the Prometheus resource (see [`scrape_classes`]).
+    pub scrape_classes: Vec<ScrapeClass>,
+}
+
+impl MonitorContext {
+    /// The scrape class a monitor naming `name` gets (`getScrapeClassOrDefault` after
+    /// `validateScrapeClass`): that class, else the default class, else none. A name no class has
+    /// is an error, as the operator rejects such a monitor.
+    pub fn scrape_class(&self, name: Option<&str>) -> Result<Option<&ScrapeClass>, String> {
+        match name.filter(|n| !n.is_empty()) {
+            Some(n) => match self.scrape_classes.iter().find(|c| c.name == n) {
+                Some(c) => Ok(Some(c)),
+                None => Err(format!(
+                    "scrapeClass {n:?} not found in Prometheus scrapeClasses"
+                )),
+            },
+            None => Ok(self.scrape_classes.iter().find(|c| c.default == Some(true))),
+        }
+    }
 }
 
 /// prometheus-operator's `DefaultScrapeInterval`.
@@ -557,6 +664,7 @@ impl Default for MonitorContext {
             enforced_namespace_label: None,
             sharding: None,
             scrape_interval: DEFAULT_SCRAPE_INTERVAL.to_owned(),
+            scrape_classes: Vec::new(),
         }
     }
 }
@@ -591,6 +699,9 @@ pub struct ScrapeSettings {
     /// The file and plain parts of `tlsConfig`; Secret/ConfigMap parts are in `unsupported`.
     pub tls_config: Option<TlsFiles>,
     pub bearer_token_file: Option<String>,
+    /// `authorization` with a credentials file (from a scrape class); Secret credentials are in
+    /// `unsupported`.
+    pub authorization: Option<AuthorizationFile>,
     pub sample_limit: Option<u64>,
     pub target_limit: Option<u64>,
     pub label_limit: Option<u64>,
@@ -602,6 +713,14 @@ pub struct ScrapeSettings {
     pub body_size_limit: Option<String>,
     /// `metric_relabel_configs` in Prometheus's syntax (validated).
     pub metric_relabel_configs: Vec<Yaml>,
+}
+
+/// The `authorization` herald can write: a type and a credentials file.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct AuthorizationFile {
+    /// `Bearer` unless given.
+    pub kind: String,
+    pub credentials_file: Option<String>,
 }
 
 /// The `tls_config` herald can write: what needs no Secret or ConfigMap.
@@ -906,6 +1025,13 @@ impl Rules<'_> {
         Ok(())
     }
 
+    /// The scrape class's relabelings (validated with the class), before the monitor's own.
+    fn class(&mut self, class: Option<&ScrapeClass>) {
+        for rc in class.iter().flat_map(|c| &c.relabelings) {
+            self.rules.push(rc.to_yaml());
+        }
+    }
+
     /// `appendShardingRelabelingWithLabel` on `__address__`.
     fn sharding(&mut self, ctx: &MonitorContext) -> Result<(), MonitorError> {
         let Some(sh) = ctx.sharding else {
@@ -1011,6 +1137,7 @@ fn common_scrape(
     err: &dyn Fn(String, String) -> MonitorError,
     unsupported: &mut Vec<String>,
     tls_files: bool,
+    class: Option<&ScrapeClass>,
 ) -> Result<ScrapeSettings, MonitorError> {
     validate::interval_and_timeout(&ep.interval, &ep.scrape_timeout, &ctx.scrape_interval)
         .map_err(|(field, m)| err(format!("{path}.{field}"), m))?;
@@ -1033,21 +1160,22 @@ fn common_scrape(
             ));
         }
     };
-    let mut tls_config = None;
     if let Some(tls) = &ep.tls_config {
-        let tls_path = format!("{path}.tlsConfig");
         validate::tls(tls, tls_files)
-            .map_err(|(field, m)| err(format!("{tls_path}.{field}"), m))?;
+            .map_err(|(field, m)| err(format!("{path}.tlsConfig.{field}"), m))?;
+    }
+    let mut tls_config = None;
+    if let Some((tls, from)) = merged_tls(ep.tls_config.as_ref(), tls_files, class, path) {
         if let Some(d) = tls.ca.describe() {
-            unsupported.push(format!("{tls_path}.ca: {d}"));
+            unsupported.push(format!("{from}.ca: {d}"));
         }
         if let Some(d) = tls.cert.describe() {
-            unsupported.push(format!("{tls_path}.cert: {d}"));
+            unsupported.push(format!("{from}.cert: {d}"));
         }
         if let Some(k) = &tls.key_secret {
-            unsupported.push(format!("{tls_path}.keySecret: {}", secret(k)));
+            unsupported.push(format!("{from}.keySecret: {}", secret(k)));
         }
-        let some = |s: &String| (tls_files && !s.is_empty()).then(|| s.clone());
+        let some = |s: &String| (!s.is_empty()).then(|| s.clone());
         tls_config = Some(TlsFiles {
             insecure_skip_verify: tls.insecure_skip_verify,
             server_name: tls.server_name.clone().filter(|s| !s.is_empty()),
@@ -1072,17 +1200,24 @@ fn common_scrape(
             secret(&b.password)
         ));
     }
-    if let Some(a) = ep
-        .authorization
-        .as_ref()
-        .filter(|a| **a != Authorization::default())
-    {
-        let creds = a
-            .credentials
-            .as_ref()
-            .map_or_else(|| "none".to_owned(), secret);
-        unsupported.push(format!("{path}.authorization: credentials {creds}"));
-    }
+    let authorization = match merged_authorization(ep.authorization.as_ref(), class, path) {
+        None => None,
+        Some((a, from)) => {
+            if let Some(c) = &a.credentials {
+                unsupported.push(format!("{from}: credentials {}", secret(c)));
+                None
+            } else if a.credentials_file.is_empty() {
+                unsupported.push(format!("{from}: credentials none"));
+                None
+            } else {
+                let kind = a.kind.trim();
+                Some(AuthorizationFile {
+                    kind: if kind.is_empty() { "Bearer" } else { kind }.to_owned(),
+                    credentials_file: Some(a.credentials_file),
+                })
+            }
+        }
+    };
     if let Some(o) = &ep.oauth2 {
         let id = o.client_id.describe().unwrap_or_else(|| "none".into());
         unsupported.push(format!(
@@ -1095,11 +1230,6 @@ fn common_scrape(
         unsupported.push(format!(
             "{path}.proxyConnectHeader.{header}: {}",
             names.join(", ")
-        ));
-    }
-    if let Some(class) = spec.scrape_class_name.as_deref().filter(|c| !c.is_empty()) {
-        unsupported.push(format!(
-            "spec.scrapeClass: {class:?} (scrape classes of the Prometheus resource are not applied)"
         ));
     }
     for (field, set) in [
@@ -1130,13 +1260,22 @@ fn common_scrape(
                 .into(),
         );
     }
-    let metric_relabel_configs = user_rules(
+    // The class's metricRelabelings first, then the endpoint's (validated with the class).
+    let mut metric_relabel_configs: Vec<Yaml> = class
+        .iter()
+        .flat_map(|c| {
+            c.metric_relabelings
+                .iter()
+                .map(MonitorRelabelConfig::to_yaml)
+        })
+        .collect();
+    metric_relabel_configs.extend(user_rules(
         &ep.metric_relabelings,
         &format!("{path}.metricRelabelings"),
         namespace,
         ctx,
         err,
-    )?;
+    )?);
     let nonempty = |s: &String| (!s.is_empty()).then(|| s.clone());
     Ok(ScrapeSettings {
         honor_labels: ep.honor_labels,
@@ -1154,6 +1293,7 @@ fn common_scrape(
         proxy_from_environment: ep.proxy_from_environment,
         tls_config,
         bearer_token_file: None,
+        authorization,
         sample_limit: spec.sample_limit,
         target_limit: spec.target_limit,
         label_limit: spec.label_limit,
@@ -1161,10 +1301,85 @@ fn common_scrape(
         label_value_length_limit: spec.label_value_length_limit,
         keep_dropped_targets: spec.keep_dropped_targets,
         scrape_protocols: spec.scrape_protocols.clone(),
-        fallback_scrape_protocol: spec.fallback_scrape_protocol.clone(),
+        fallback_scrape_protocol: spec
+            .fallback_scrape_protocol
+            .clone()
+            .or_else(|| class.and_then(|c| c.fallback_scrape_protocol.clone())),
         body_size_limit: spec.body_size_limit.clone(),
         metric_relabel_configs,
     })
+}
+
+/// The endpoint's TLS config merged with its scrape class's (`mergeTLSConfigWithScrapeClass`, or
+/// for a PodMonitor's `SafeTLSConfig` `mergeSafeTLSConfigWithScrapeClass`), with the field path its
+/// references are reported under. No endpoint config takes the class's whole; otherwise each of the
+/// CA, certificate and key the endpoint gives neither as file nor as reference is the class's file.
+/// A PodMonitor's own file fields do not exist (`tls_files` false) and are never used.
+fn merged_tls(
+    ep: Option<&TlsConfig>,
+    tls_files: bool,
+    class: Option<&ScrapeClass>,
+    path: &str,
+) -> Option<(TlsConfig, String)> {
+    let class_tls = class.and_then(|c| c.tls_config.as_ref().map(|t| (c, t)));
+    let own = ep.map(|t| {
+        let mut t = t.clone();
+        if !tls_files {
+            t.ca_file.clear();
+            t.cert_file.clear();
+            t.key_file.clear();
+        }
+        t
+    });
+    // A PodMonitor's empty `tlsConfig: {}` counts as none; a ServiceMonitor's does not.
+    let own = own.filter(|t| tls_files || *t != TlsConfig::default());
+    match (own, class_tls) {
+        (None, None) => None,
+        (None, Some((c, t))) => Some((t.clone(), format!("scrapeClass {:?} tlsConfig", c.name))),
+        (Some(t), None) => Some((t, format!("{path}.tlsConfig"))),
+        (Some(mut t), Some((_, ct))) => {
+            if t.ca_file.is_empty() && t.ca == SecretOrConfigMap::default() {
+                t.ca_file = ct.ca_file.clone();
+            }
+            if t.cert_file.is_empty() && t.cert == SecretOrConfigMap::default() {
+                t.cert_file = ct.cert_file.clone();
+            }
+            if t.key_file.is_empty() && t.key_secret.is_none() {
+                t.key_file = ct.key_file.clone();
+            }
+            Some((t, format!("{path}.tlsConfig")))
+        }
+    }
+}
+
+/// The endpoint's authorization merged with its scrape class's
+/// (`mergeSafeAuthorizationWithScrapeClass`), with the field path it is reported under: none given
+/// takes the class's; given without credentials, it takes the class's credentials (Secret or file).
+fn merged_authorization(
+    ep: Option<&Authorization>,
+    class: Option<&ScrapeClass>,
+    path: &str,
+) -> Option<(ClassAuthorization, String)> {
+    let own = ep.filter(|a| **a != Authorization::default());
+    let class_authz = class.and_then(|c| c.authorization.as_ref().map(|a| (c, a)));
+    match (own, class_authz) {
+        (None, None) => None,
+        (None, Some((c, a))) => {
+            Some((a.clone(), format!("scrapeClass {:?} authorization", c.name)))
+        }
+        (Some(a), class_authz) => {
+            let mut out = ClassAuthorization {
+                kind: a.kind.clone(),
+                credentials: a.credentials.clone(),
+                credentials_file: String::new(),
+            };
+            if let (None, Some((_, ca))) = (&out.credentials, class_authz) {
+                out.credentials = ca.credentials.clone();
+                out.credentials_file = ca.credentials_file.clone();
+            }
+            Some((out, format!("{path}.authorization")))
+        }
+    }
 }
 
 /// `serviceMonitor/<ns>/<name>/<i>`, `podMonitor/<ns>/<name>/<i>`.
@@ -1172,8 +1387,13 @@ fn job_name(kind: MonitorKind, meta: &Metadata, i: usize) -> String {
     format!("{}/{}/{}/{i}", kind.job_prefix(), meta.namespace, meta.name)
 }
 
-fn attach(spec: &MonitorSpecCommon) -> Option<AttachMetadata> {
-    spec.attach_metadata.as_ref().map(|a| AttachMetadata {
+/// `attachMetadata`: the monitor's, else its scrape class's.
+fn attach(spec: &MonitorSpecCommon, class: Option<&ScrapeClass>) -> Option<AttachMetadata> {
+    let given = spec
+        .attach_metadata
+        .as_ref()
+        .or_else(|| class.and_then(|c| c.attach_metadata.as_ref()));
+    given.map(|a| AttachMetadata {
         node: a.node.unwrap_or(false),
         namespace: false,
     })
@@ -1227,6 +1447,9 @@ impl ServiceMonitor {
         let ep = &spec.endpoints[i];
         let path = format!("spec.endpoints[{i}]");
         let mut unsupported = Vec::new();
+        let class = ctx
+            .scrape_class(spec.common.scrape_class_name.as_deref())
+            .map_err(|m| err("spec.scrapeClass".into(), m))?;
         let mut scrape = common_scrape(
             &spec.common,
             &ep.common,
@@ -1236,6 +1459,7 @@ impl ServiceMonitor {
             err,
             &mut unsupported,
             true,
+            class,
         )?;
         scrape.bearer_token_file =
             (!ep.bearer_token_file.is_empty()).then(|| ep.bearer_token_file.clone());
@@ -1354,6 +1578,7 @@ impl ServiceMonitor {
             r.copy_if_set(&format!("__meta_kubernetes_service_label_{l}"), "job");
         }
         endpoint_label(&mut r, Some(&ep.port), ep.common.target_port.as_ref());
+        r.class(class);
         r.user(
             &ep.common.relabelings,
             &format!("{path}.relabelings"),
@@ -1366,7 +1591,7 @@ impl ServiceMonitor {
             name: job_name(MonitorKind::ServiceMonitor, meta, i),
             role,
             namespaces: namespaces(&spec.common.namespace_selector, &meta.namespace, ctx),
-            attach_metadata: attach(&spec.common),
+            attach_metadata: attach(&spec.common, class),
             relabel_configs: r.finish()?,
             scrape,
             unsupported,
@@ -1410,6 +1635,9 @@ impl PodMonitor {
         let ep = &spec.pod_metrics_endpoints[i];
         let path = format!("spec.podMetricsEndpoints[{i}]");
         let mut unsupported = Vec::new();
+        let class = ctx
+            .scrape_class(spec.common.scrape_class_name.as_deref())
+            .map_err(|m| err("spec.scrapeClass".into(), m))?;
         // SafeTLSConfig: no file fields (the apiserver prunes them; herald reports them).
         let scrape = common_scrape(
             &spec.common,
@@ -1420,6 +1648,7 @@ impl PodMonitor {
             err,
             &mut unsupported,
             false,
+            class,
         )?;
         let mut r = Rules {
             rules: Vec::new(),
@@ -1486,6 +1715,7 @@ impl PodMonitor {
             r.copy_if_set(&format!("__meta_kubernetes_pod_label_{l}"), "job");
         }
         endpoint_label(&mut r, port, ep.common.target_port.as_ref());
+        r.class(class);
         r.user(
             &ep.common.relabelings,
             &format!("{path}.relabelings"),
@@ -1498,7 +1728,7 @@ impl PodMonitor {
             name: job_name(MonitorKind::PodMonitor, meta, i),
             role: Role::Pod,
             namespaces: namespaces(&spec.common.namespace_selector, &meta.namespace, ctx),
-            attach_metadata: attach(&spec.common),
+            attach_metadata: attach(&spec.common, class),
             relabel_configs: r.finish()?,
             scrape,
             unsupported,
@@ -1593,6 +1823,14 @@ pub fn scrape_config_yaml(job: &MonitorJob, sd_url: &str) -> String {
     }
     if let Some(v) = opt_str(&s.bearer_token_file) {
         put("bearer_token_file", v);
+    }
+    if let Some(a) = &s.authorization {
+        let mut am = Mapping::new();
+        am.insert("type".into(), a.kind.as_str().into());
+        if let Some(f) = opt_str(&a.credentials_file) {
+            am.insert("credentials_file".into(), f);
+        }
+        put("authorization", Yaml::Mapping(am));
     }
     for (k, v) in [
         ("sample_limit", s.sample_limit),

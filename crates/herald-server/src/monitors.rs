@@ -300,6 +300,7 @@ fn configured(cfg: &MonitorsConfig) -> Selecting {
         ctx: MonitorContext {
             ignore_namespace_selectors: cfg.ignore_namespace_selectors,
             service_discovery_role: cfg.service_role(),
+            scrape_classes: cfg.scrape_classes(),
             ..MonitorContext::default()
         },
     }
@@ -308,20 +309,39 @@ fn configured(cfg: &MonitorsConfig) -> Selecting {
 /// The selection a Prometheus object makes, as prometheus-operator reads it: a `null` monitor
 /// selector selects no monitor of that kind, `{}` every one; a `null` namespace selector means the
 /// Prometheus object's own namespace, `{}` every namespace.
+/// Why a Prometheus object gives no selection.
+enum NoSelection {
+    /// It is not there (or not cached): it selects nothing.
+    Missing(String),
+    /// It is there but the operator would refuse it: the last valid selection stays.
+    Invalid(String),
+}
+
 fn from_prometheus(
     shared: &Shared,
     cfg: &MonitorsConfig,
     (pns, pname): (&str, &str),
-) -> Result<Selecting, String> {
-    let r = resource(shared, "prometheuses").ok_or("prometheuses are not cached")?;
-    let obj: serde_json::Value = {
+) -> Result<Selecting, NoSelection> {
+    let r = resource(shared, "prometheuses")
+        .ok_or_else(|| NoSelection::Missing("prometheuses are not cached".into()))?;
+    let bytes = {
         let log = shared.cache.read(r);
-        let entry = log
-            .get_parts(pns, pname)
-            .ok_or_else(|| format!("Prometheus {pns}/{pname} not found"))?;
-        serde_json::from_slice(&entry.bytes)
-            .map_err(|e| format!("Prometheus {pns}/{pname}: not JSON: {e}"))?
+        log.get_parts(pns, pname)
+            .ok_or_else(|| NoSelection::Missing(format!("Prometheus {pns}/{pname} not found")))?
+            .bytes
+            .clone()
     };
+    read_prometheus(cfg, (pns, pname), &bytes).map_err(NoSelection::Invalid)
+}
+
+/// The selection of the Prometheus object `bytes` holds.
+fn read_prometheus(
+    cfg: &MonitorsConfig,
+    (pns, pname): (&str, &str),
+    bytes: &[u8],
+) -> Result<Selecting, String> {
+    let obj: serde_json::Value = serde_json::from_slice(bytes)
+        .map_err(|e| format!("Prometheus {pns}/{pname}: not JSON: {e}"))?;
     let spec = &obj["spec"];
     let selection = |sel: &str, ns_sel: &str, on: bool| -> Result<Option<Selection>, String> {
         let Some(monitors) = label_selector(&spec[sel], &format!("spec.{sel}"))? else {
@@ -337,6 +357,10 @@ fn from_prometheus(
             namespaces,
         }))
     };
+    // The operator refuses to configure a Prometheus with bad scrape classes; herald serves none of
+    // its monitors either, and says why.
+    let scrape_classes = monitor::scrape_classes(&spec["scrapeClasses"])
+        .map_err(|e| format!("Prometheus {pns}/{pname}: spec.scrapeClasses: {e}"))?;
     let role = match spec["serviceDiscoveryRole"].as_str() {
         Some("EndpointSlice") => Role::EndpointSlice,
         _ => Role::Endpoints,
@@ -360,6 +384,7 @@ fn from_prometheus(
                 .filter(|i| !i.is_empty())
                 .unwrap_or(monitor::DEFAULT_SCRAPE_INTERVAL)
                 .to_string(),
+            scrape_classes,
             ..MonitorContext::default()
         },
     })
@@ -387,8 +412,26 @@ pub fn build_views(shared: &Shared, cfg: &MonitorsConfig) -> Views {
         None => configured(cfg),
         Some(p) => match from_prometheus(shared, cfg, p) {
             Ok(s) => s,
-            Err(e) => {
+            Err(NoSelection::Missing(e)) => {
                 views.problems.push(format!("monitors.prometheus: {e}"));
+                return views;
+            }
+            // As the operator, which keeps the config it last generated: the jobs stay as they
+            // were, and the problem is listed first.
+            Err(NoSelection::Invalid(e)) => {
+                views.problems.push(format!(
+                    "monitors.prometheus: {e} (serving the monitor jobs of its last valid state)"
+                ));
+                views.problems.extend(
+                    previous
+                        .problems
+                        .iter()
+                        .filter(|p| !p.starts_with("monitors.prometheus:"))
+                        .cloned(),
+                );
+                views.by_name = previous.by_name.clone();
+                views.warnings = previous.warnings.clone();
+                views.monitors = previous.monitors;
                 return views;
             }
         },

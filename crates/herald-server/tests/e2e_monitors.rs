@@ -59,6 +59,7 @@ fn hand_written(sim: &Sim) -> Vec<Object> {
             "monitoring",
             "hand-any-namespace",
             json!({
+                "scrapeClass": "mesh",
                 "jobLabel": "app",
                 "targetLabels": ["app"],
                 "podTargetLabels": ["app", "pod-template-hash"],
@@ -108,9 +109,33 @@ fn hand_written(sim: &Sim) -> Vec<Object> {
     ]
 }
 
-/// What the operator would generate for `obj`: the monitor jobs herald-core derives.
+/// herald's monitors section for the vmagent test: both ServiceMonitor roles, and scrape classes: a
+/// default one adding a label to every monitor that names none, and `mesh` (named by
+/// `hand-any-namespace`) with a relabeling and Istio's certificate files.
+const MONITORS_WITH_CLASSES: &str = r#"jobs: []
+monitors:
+  service_discovery_roles: [Endpoints, EndpointSlice]
+  scrape_classes:
+  - name: plain
+    default: true
+    relabelings: [{targetLabel: scrape_class, replacement: plain}]
+  - name: mesh
+    relabelings: [{sourceLabels: [__meta_kubernetes_pod_node_name], targetLabel: class_node}]
+    tlsConfig:
+      caFile: /etc/prom-certs/root-cert.pem
+      certFile: /etc/prom-certs/cert-chain.pem
+      keyFile: /etc/prom-certs/key.pem
+      insecureSkipVerify: true
+"#;
+
+/// What the operator would generate for `obj` with [`MONITORS_WITH_CLASSES`]'s scrape classes: the
+/// monitor jobs herald-core derives.
 fn jobs_of(obj: &Value) -> Vec<MonitorJob> {
-    let ctx = MonitorContext::default();
+    let config = herald_core::parse_config(MONITORS_WITH_CLASSES).expect("valid config");
+    let ctx = MonitorContext {
+        scrape_classes: config.monitors.expect("monitors").scrape_classes(),
+        ..MonitorContext::default()
+    };
     let r = match obj["kind"].as_str() {
         Some("ServiceMonitor") => herald_core::monitor::service_monitor_jobs(obj, &ctx),
         Some("PodMonitor") => herald_core::monitor::pod_monitor_jobs(obj, &ctx),
@@ -212,11 +237,7 @@ async fn monitor_jobs_equal_vmagent_running_the_operator_s_generated_config_and_
     let planted = hand_written(&sim);
     sim.handle()
         .apply(planted.into_iter().map(Write::Put).collect());
-    let herald = start_herald(
-        &sim,
-        "jobs: []\nmonitors: {service_discovery_roles: [Endpoints, EndpointSlice]}\n",
-    )
-    .await;
+    let herald = start_herald(&sim, MONITORS_WITH_CLASSES).await;
     let http = reqwest::Client::new();
 
     let jobs: Vec<MonitorJob> = monitors(&sim).iter().flat_map(jobs_of).collect();
@@ -333,6 +354,24 @@ async fn monitor_jobs_equal_vmagent_running_the_operator_s_generated_config_and_
             && l.contains_key("service")),
         "{hand:?}"
     );
+    // Scrape classes: the named class's relabeling on its monitor's targets, the default class's on
+    // every other monitor's.
+    assert!(
+        hand.iter()
+            .all(|l| l.contains_key("class_node") && !l.contains_key("scrape_class")),
+        "{hand:?}"
+    );
+    let others: Vec<&Labels> = agreed
+        .iter()
+        .filter(|l| !l.contains_key("class_node"))
+        .collect();
+    assert!(!others.is_empty());
+    assert!(
+        others
+            .iter()
+            .all(|l| l.get("scrape_class").map(String::as_str) == Some("plain")),
+        "{others:?}"
+    );
     // The ServiceMonitor with its own serviceDiscoveryRole discovered through EndpointSlices.
     assert!(
         agreed
@@ -445,6 +484,38 @@ async fn monitor_jobs_equal_vmagent_running_the_operator_s_generated_config_and_
         Some(format!("http://herald.monitoring:9095/sd/v1/{name}?shard=1&shards=3").as_str())
     );
     assert!(yaml.contains("bearerTokenSecret"), "{yaml}");
+    // The `mesh` class's TLS files: the whole of it where the endpoint has no tlsConfig, the
+    // certificate and key beside the endpoint's own CA file where it has one.
+    let tls_of = |job: &str| {
+        let c = configs
+            .iter()
+            .find(|c| c["job_name"].as_str() == Some(job))
+            .unwrap_or_else(|| panic!("{job} in {yaml}"));
+        let t = &c["tls_config"];
+        ["ca_file", "cert_file", "key_file", "insecure_skip_verify"].map(|k| match &t[k] {
+            serde_yaml::Value::String(s) => s.clone(),
+            serde_yaml::Value::Bool(b) => b.to_string(),
+            _ => String::new(),
+        })
+    };
+    assert_eq!(
+        tls_of("serviceMonitor/monitoring/hand-any-namespace/0"),
+        [
+            "/etc/prom-certs/root-cert.pem",
+            "/etc/prom-certs/cert-chain.pem",
+            "/etc/prom-certs/key.pem",
+            "true"
+        ]
+    );
+    assert_eq!(
+        tls_of("serviceMonitor/monitoring/hand-any-namespace/1"),
+        [
+            "/etc/prom/ca.crt",
+            "/etc/prom-certs/cert-chain.pem",
+            "/etc/prom-certs/key.pem",
+            "true"
+        ]
+    );
     herald.stop().await;
     sim.shutdown().await;
 }
@@ -569,7 +640,7 @@ async fn monitors_are_taken_from_a_prometheus_object_as_the_operator_selects_the
     prometheus["spec"]["serviceDiscoveryRole"] = json!("Endpoints");
     sim.handle().apply(vec![Write::Put(Object::Custom(
         Kind::Prometheus,
-        prometheus,
+        prometheus.clone(),
     ))]);
     let switched: Vec<(String, String)> = want
         .iter()
@@ -613,6 +684,73 @@ async fn monitors_are_taken_from_a_prometheus_object_as_the_operator_selects_the
             tokio::time::Instant::now() < deadline,
             "after the switch to Endpoints: both roles {got_both:?} != {switched:?}, or one role \
              {got_one:?} != {pod_jobs:?}, or not reported: {errors:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+
+    // Scrape classes from the Prometheus object: a default class's relabeling reaches every job; a
+    // class the operator would refuse (invalid regex) is reported by name, and the jobs stay as
+    // they were; fixed, it takes effect.
+    let some_job = switched
+        .iter()
+        .find(|(_, r)| r == "endpoints")
+        .map(|(n, _)| n.clone())
+        .expect("a ServiceMonitor job");
+    let has_class_rule = |h: &Herald, value: &str| {
+        h.shared().monitors.view(&some_job).is_some_and(|v| {
+            v.job
+                .relabel_configs
+                .iter()
+                .any(|r| r.target_label == "tier" && r.replacement == value)
+        })
+    };
+    let mut set_class = |regex: &str, value: &str| {
+        prometheus["spec"]["scrapeClasses"] = json!([{"name": "cluster", "default": true,
+            "relabelings": [{"sourceLabels": ["__address__"], "regex": regex,
+                "targetLabel": "tier", "replacement": value}]}]);
+        sim.handle().apply(vec![Write::Put(Object::Custom(
+            Kind::Prometheus,
+            prometheus.clone(),
+        ))]);
+    };
+    set_class("(.*)", "one");
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while !has_class_rule(&both, "one") {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the default scrape class did not reach {some_job}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    set_class("(", "two");
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let errors: Vec<String> = sd_jobs(&http, &both)
+            .await
+            .iter()
+            .filter_map(|e| e["monitor_error"].as_str().map(str::to_string))
+            .collect();
+        if errors.iter().any(|e| {
+            e.contains(
+                "Prometheus monitoring/mesh: spec.scrapeClasses: \"cluster\": relabelings[0]",
+            ) && e.contains("last valid state")
+        }) {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the bad scrape class is not reported: {errors:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert_eq!(listed_monitor_jobs(&http, &both).await, switched);
+    assert!(has_class_rule(&both, "one"), "the last valid jobs are kept");
+    set_class("(.*)", "three");
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while !has_class_rule(&both, "three") {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the fixed scrape class did not take effect"
         );
         tokio::time::sleep(Duration::from_millis(200)).await;
     }

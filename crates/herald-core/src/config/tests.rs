@@ -537,6 +537,19 @@ fn the_monitors_section_defaults_to_every_monitor_and_names_what_is_wrong() {
     .monitors
     .expect("on");
     assert_eq!(both.service_role(), Role::Endpoints);
+    let classes = parse_config(
+        "jobs: []\nmonitors: {scrape_classes: [{name: mtls, default: true, tlsConfig: {caFile: /c, insecureSkipVerify: true}}]}\n",
+    )
+    .expect("valid")
+    .monitors
+    .expect("on")
+    .scrape_classes();
+    assert_eq!(classes.len(), 1);
+    assert_eq!(classes[0].name, "mtls");
+    assert_eq!(
+        classes[0].tls_config.as_ref().map(|t| t.ca_file.as_str()),
+        Some("/c")
+    );
     assert_eq!(
         both.service_roles(),
         vec![Role::EndpointSlice, Role::Endpoints]
@@ -549,6 +562,14 @@ fn the_monitors_section_defaults_to_every_monitor_and_names_what_is_wrong() {
         (
             "monitors: {service_discovery_roles: [EndpointSlice]}",
             "lacks the default role",
+        ),
+        (
+            "monitors: {scrape_classes: [{name: a, relabelings: [{regex: '(', targetLabel: x}]}]}",
+            "monitors.scrape_classes: \"a\": relabelings[0]",
+        ),
+        (
+            "monitors: {prometheus: monitoring/k8s, scrape_classes: [{name: a}]}",
+            "monitors.scrape_classes unset",
         ),
         ("monitors: {prometheus: k8s}", "must be <namespace>/<name>"),
         (

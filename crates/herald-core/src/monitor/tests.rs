@@ -396,7 +396,7 @@ fn golden_tls_secret_references_are_reported() {
             }],
         }),
     );
-    let job = one_sm(&obj, &op_ctx());
+    let job = one_sm(&obj, &class_ctx(json!([TLS_CLASS]), false));
     let file = "serviceMonitorObjectWithNonDefaultScrapeClassAndExistingTLSConfig.golden";
     assert_golden(&job, file);
     // The operator writes the Secrets to files of its own; herald has neither.
@@ -411,10 +411,421 @@ fn golden_tls_secret_references_are_reported() {
             r#"spec.endpoints[0].tlsConfig.ca: Secret "tls" key "ca""#,
             r#"spec.endpoints[0].tlsConfig.cert: Secret "tls" key "cert""#,
             r#"spec.endpoints[0].tlsConfig.keySecret: Secret "tls" key "private-key""#,
-            r#"spec.scrapeClass: "test-tls-scrape-class" (scrape classes of the Prometheus resource are not applied)"#,
         ]
     );
     assert_eq!(job.scrape.tls_config, Some(TlsFiles::default()));
+}
+
+// --- scrape classes (TestScrapeClass, Test*ScrapeClassWithDefaultTLS,
+// Test*WithDefaultScrapeClassRelabelings, Test*WithNonDefaultScrapeClassRelabelings,
+// TestScrapeClassMetricRelabelings, TestScrapeClassAuthorization, TestScrapeClassAttachMetadata,
+// TestScrapeClassFallbackScrapeProtocol) ---------------------------------------------------------
+
+/// The scrape class of TestScrapeClass and Test*ScrapeClassWithDefaultTLS.
+const TLS_CLASS: &str = "test-tls-scrape-class";
+
+fn class_ctx(classes: Value, enforced_namespace_label: bool) -> MonitorContext {
+    // A bare name stands for the TLS class of the operator's tests.
+    let classes: Vec<Value> = classes
+        .as_array()
+        .expect("a list")
+        .iter()
+        .map(|c| match c.as_str() {
+            Some(TLS_CLASS) => json!({"name": TLS_CLASS, "tlsConfig": {
+                "caFile": "/etc/prometheus/secrets/ca.crt",
+                "certFile": "/etc/prometheus/secrets/tls.crt",
+                "keyFile": "/etc/prometheus/secrets/tls.key",
+            }}),
+            _ => c.clone(),
+        })
+        .collect();
+    MonitorContext {
+        scrape_classes: scrape_classes(&Value::Array(classes)).expect("valid classes"),
+        enforced_namespace_label: enforced_namespace_label.then(|| "namespace".to_owned()),
+        ..op_ctx()
+    }
+}
+
+/// The operator's defaultServiceMonitor or defaultPodMonitor, naming `class` if given, with
+/// `endpoint` merged into its endpoint.
+fn default_monitor(pod: bool, class: Option<&str>, endpoint: Value) -> Value {
+    let mut ep = json!({"port": "web", "interval": "30s"});
+    for (k, v) in endpoint.as_object().expect("an object") {
+        ep[k] = v.clone();
+    }
+    let mut spec = json!({"selector": {"matchLabels": {"group": "group1"}}});
+    if let Some(c) = class {
+        spec["scrapeClass"] = json!(c);
+    }
+    if pod {
+        spec["podMetricsEndpoints"] = json!([ep]);
+        pm("default", "defaultPodMonitor", spec)
+    } else {
+        spec["endpoints"] = json!([ep]);
+        sm("default", "defaultServiceMonitor", spec)
+    }
+}
+
+/// The job's `scrape_configs` entry as herald writes it.
+fn written(job: &MonitorJob) -> Yaml {
+    let doc: Yaml =
+        serde_yaml::from_str(&scrape_config_yaml(job, "http://herald/sd")).expect("YAML");
+    doc[0].clone()
+}
+
+/// A golden scrape class case: the file, whether the monitor is a PodMonitor, the classes, the class
+/// the monitor names, whether the enforced namespace label is set, the scrape settings compared.
+type ClassCase<'a> = (String, bool, Value, Option<&'a str>, bool, &'a [&'a str]);
+
+#[test]
+fn golden_scrape_classes() {
+    let relabel_classes = json!([
+        {"name": "default", "default": true, "relabelings": [
+            {"action": "replace", "sourceLabels": ["__meta_kubernetes_pod_app_name"], "targetLabel": "app"}]},
+        {"name": "not-default", "relabelings": [
+            {"action": "replace", "sourceLabels": ["__meta_kubernetes_pod_node_name"], "targetLabel": "node"}]},
+    ]);
+    let extra_relabel_class = json!([{"name": "test-extra-relabelings-scrape-class", "relabelings": [
+        {"action": "replace", "sourceLabels": ["__meta_kubernetes_pod_node_name"], "targetLabel": "node"}]}]);
+    let metric_classes = json!([
+        {"name": "default", "default": true, "metricRelabelings": [
+            {"sourceLabels": ["namespace"], "regex": "tenant1-.*", "targetLabel": "tenant", "replacement": "tenant1"},
+            {"sourceLabels": ["namespace"], "regex": "tenant2-.*", "targetLabel": "tenant", "replacement": "tenant2"}]},
+        {"name": "not-default", "metricRelabelings": [{"targetLabel": "tenant", "replacement": "not-default"}]},
+    ]);
+    let extra_metric_class = json!([{"name": "test-extra-relabelings-scrape-class",
+        "metricRelabelings": [{"targetLabel": "extra", "replacement": "value1"}]}]);
+    let attach_default = json!([
+        {"name": "default", "default": true, "attachMetadata": {"node": true}},
+        {"name": "not-default", "attachMetadata": {"node": true}},
+    ]);
+    let attach_named =
+        json!([{"name": "test-attachmetadata-scrape-class", "attachMetadata": {"node": true}}]);
+    let fallback_default = json!([{"name": "default", "default": true, "fallbackScrapeProtocol": "OpenMetricsText1.0.0"}]);
+    let fallback_named = json!([{"name": "test-fallback-scrapeprotocol-scrape-class",
+        "fallbackScrapeProtocol": "PrometheusText0.0.4"}]);
+    let authz_default = json!([{"name": "default", "default": true,
+        "authorization": {"credentialsFile": "/etc/secret/credentials"}}]);
+    // The PodMonitor case's default class has its own file, beside a class not taken.
+    let authz_default_pod = json!([
+        {"name": "default", "default": true,
+            "authorization": {"credentialsFile": "/etc/secret/credentials/default"}},
+        {"name": "not-default",
+            "authorization": {"credentialsFile": "/etc/secret/credentials/non-default"}},
+    ]);
+    let authz_named = json!([{"name": "test-attach-authz-scrape-class",
+        "authorization": {"credentialsFile": "/etc/secret/credentials"}}]);
+    let tls_default = json!([{"name": "test-tls-scrape-class", "default": true, "tlsConfig": {
+        "caFile": "/etc/prometheus/secrets/default/ca.crt",
+        "certFile": "/etc/prometheus/secrets/default/tls.crt",
+        "keyFile": "/etc/prometheus/secrets/default/tls.key"}}]);
+
+    let mut cases: Vec<ClassCase<'_>> = Vec::new();
+    for (pod, prefix) in [(false, "serviceMonitor"), (true, "podMonitor")] {
+        let authz_default = if pod {
+            &authz_default_pod
+        } else {
+            &authz_default
+        };
+        for (stem, classes, named, enforced, keys) in [
+            (
+                "DefaultScrapeClassWithRelabelings",
+                &relabel_classes,
+                None,
+                false,
+                &[][..],
+            ),
+            (
+                "NonDefaultScrapeClassWithRelabelings",
+                &extra_relabel_class,
+                Some("test-extra-relabelings-scrape-class"),
+                false,
+                &[],
+            ),
+            (
+                "DefaultScrapeClassWithMetricRelabelings",
+                &metric_classes,
+                None,
+                true,
+                &[],
+            ),
+            (
+                "NonDefaultScrapeClassWithMetricRelabelings",
+                &extra_metric_class,
+                Some("test-extra-relabelings-scrape-class"),
+                true,
+                &[],
+            ),
+            (
+                "DefaultScrapeClassWithAttachMetadata",
+                &attach_default,
+                None,
+                true,
+                &[],
+            ),
+            (
+                "NonDefaultScrapeClassWithAttachMetadata",
+                &attach_named,
+                Some("test-attachmetadata-scrape-class"),
+                true,
+                &[],
+            ),
+            (
+                "DefaultScrapeClassWithFallbackScrapeProtocol",
+                &fallback_default,
+                None,
+                true,
+                &["fallback_scrape_protocol"],
+            ),
+            (
+                "NonDefaultScrapeClassWithFallbackScrapeProtocol",
+                &fallback_named,
+                Some("test-fallback-scrapeprotocol-scrape-class"),
+                true,
+                &["fallback_scrape_protocol"],
+            ),
+            (
+                "DefaultScrapeClassAuthz",
+                authz_default,
+                None,
+                true,
+                &["authorization"],
+            ),
+            (
+                "NonDefaultScrapeClassAuthz",
+                &authz_named,
+                Some("test-attach-authz-scrape-class"),
+                true,
+                &["authorization"],
+            ),
+        ] {
+            cases.push((
+                format!("{prefix}ObjectWith{stem}.golden"),
+                pod,
+                classes.clone(),
+                named,
+                enforced,
+                keys,
+            ));
+        }
+        cases.push((
+            "monitorObjectWithNonDefaultScrapeClassAndTLSConfig.golden".into(),
+            pod,
+            json!([TLS_CLASS]),
+            Some(TLS_CLASS),
+            false,
+            &["tls_config"],
+        ));
+        cases.push((
+            "monitorObjectWithDefaultScrapeClassAndTLSConfig.golden".into(),
+            pod,
+            tls_default.clone(),
+            None,
+            false,
+            &["tls_config"],
+        ));
+    }
+    for (file, pod, classes, named, enforced, keys) in cases {
+        let ctx = class_ctx(classes, enforced);
+        let obj = default_monitor(pod, named, json!({}));
+        let job = if pod {
+            one_pm(&obj, &ctx)
+        } else {
+            one_sm(&obj, &ctx)
+        };
+        assert_golden(&job, &file);
+        assert!(job.unsupported.is_empty(), "{file}: {:?}", job.unsupported);
+        let ours = written(&job);
+        let golden = golden_job(&file, &job.name);
+        for key in keys {
+            assert_eq!(ours.get(key), golden.get(key), "{file}: {key}");
+            assert!(
+                golden.get(key).is_some(),
+                "{file}: the golden file has {key}"
+            );
+        }
+    }
+}
+
+#[test]
+fn golden_scrape_class_tls_fills_only_what_the_endpoint_does_not_give() {
+    // Test{Service,Pod}MonitorScrapeClassWithDefaultTLS, "missing ca": the endpoint gives the
+    // certificate and key as Secret references (reported), the class's CA file fills the CA.
+    let ctx = class_ctx(json!([TLS_CLASS]), false);
+    let tls = json!({"tlsConfig": {
+        "cert": {"secret": {"name": "secret-cert"}},
+        "keySecret": {"name": "secret", "key": "key"},
+    }});
+    for (pod, file) in [
+        (
+            false,
+            "serviceMonitorObjectWithNonDefaultScrapeClassAndExistingTLSConfigMissingCA.golden",
+        ),
+        (
+            true,
+            "podMonitorObjectWithNonDefaultScrapeClassAndExistingTLSConfigMissingCA.golden",
+        ),
+    ] {
+        let obj = default_monitor(pod, Some(TLS_CLASS), tls.clone());
+        let job = if pod {
+            one_pm(&obj, &ctx)
+        } else {
+            one_sm(&obj, &ctx)
+        };
+        assert_golden(&job, file);
+        let golden = golden_job(file, &job.name);
+        assert_eq!(
+            golden["tls_config"]["ca_file"].as_str(),
+            Some("/etc/prometheus/secrets/ca.crt"),
+            "{file}"
+        );
+        let files = job.scrape.tls_config.clone().expect("a TLS config");
+        assert_eq!(
+            files.ca_file.as_deref(),
+            Some("/etc/prometheus/secrets/ca.crt")
+        );
+        assert_eq!((files.cert_file, files.key_file), (None, None), "{file}");
+        let path = if pod {
+            "spec.podMetricsEndpoints[0]"
+        } else {
+            "spec.endpoints[0]"
+        };
+        assert_eq!(
+            job.unsupported,
+            vec![
+                format!(r#"{path}.tlsConfig.cert: Secret "secret-cert" key """#),
+                format!(r#"{path}.tlsConfig.keySecret: Secret "secret" key "key""#),
+            ],
+            "{file}"
+        );
+    }
+    // TestPodMonitorScrapeClassWithDefaultTLS, first case: every part given as a reference.
+    let file = "podMonitorObjectWithNonDefaultScrapeClassAndExistingTLSConfig.golden";
+    let obj = default_monitor(
+        true,
+        Some(TLS_CLASS),
+        json!({"tlsConfig": {
+            "ca": {"secret": {"name": "tls", "key": "ca"}},
+            "cert": {"secret": {"name": "tls", "key": "cert"}},
+            "keySecret": {"name": "tls", "key": "private-key"},
+        }}),
+    );
+    let job = one_pm(&obj, &ctx);
+    assert_golden(&job, file);
+    assert_eq!(job.scrape.tls_config, Some(TlsFiles::default()));
+    assert_eq!(job.unsupported.len(), 3, "{:?}", job.unsupported);
+}
+
+#[test]
+fn golden_user_authorization_is_not_overridden_by_a_class() {
+    // TestScrapeClassAuthorization, "user defined Authorization not overridden by ScrapeClass":
+    // the monitor names no class and the class is not default; its own Secret is reported.
+    let ctx = class_ctx(
+        json!([{"name": "test-attach-authz-scrape-class",
+            "authorization": {"credentialsFile": "/etc/secret/credentials"}}]),
+        true,
+    );
+    for (pod, prefix) in [(false, "serviceMonitor"), (true, "podMonitor")] {
+        let file = format!("{prefix}ObjectWithNonDefaultScrapeClassUserDefinedAuthz.golden");
+        let obj = default_monitor(
+            pod,
+            None,
+            json!({"authorization": {"type": "Bearer", "credentials": {"name": "secret", "key": "token"}}}),
+        );
+        let job = if pod {
+            one_pm(&obj, &ctx)
+        } else {
+            one_sm(&obj, &ctx)
+        };
+        assert_golden(&job, &file);
+        assert_eq!(
+            golden_job(&file, &job.name)["authorization"]["credentials"].as_str(),
+            Some("token")
+        );
+        assert_eq!(job.scrape.authorization, None);
+        assert_eq!(job.unsupported.len(), 1, "{:?}", job.unsupported);
+        assert!(
+            job.unsupported[0]
+                .ends_with(r#"authorization: credentials Secret "secret" key "token""#)
+        );
+    }
+}
+
+#[test]
+fn a_monitor_naming_a_missing_class_is_refused_and_bad_classes_are_named() {
+    let obj = default_monitor(false, Some("nope"), json!({}));
+    let e = service_monitor_jobs(&obj, &class_ctx(json!([TLS_CLASS]), false))
+        .expect_err("refused")
+        .to_string();
+    assert!(
+        e.contains("spec.scrapeClass") && e.contains(r#""nope" not found"#),
+        "{e}"
+    );
+    // An endpoint's own settings win over its class's (fallback protocol, attachMetadata), and a
+    // class's rules come before the endpoint's own.
+    let ctx = class_ctx(
+        json!([{"name": "c", "default": true, "fallbackScrapeProtocol": "PrometheusText0.0.4",
+            "attachMetadata": {"node": true},
+            "relabelings": [{"targetLabel": "from", "replacement": "class"}]}]),
+        false,
+    );
+    let obj = sm(
+        "default",
+        "own",
+        json!({"selector": {}, "fallbackScrapeProtocol": "OpenMetricsText1.0.0",
+            "attachMetadata": {"node": false},
+            "endpoints": [{"port": "web", "relabelings": [{"targetLabel": "from", "replacement": "own"}]}]}),
+    );
+    let job = one_sm(&obj, &ctx);
+    assert_eq!(
+        job.scrape.fallback_scrape_protocol.as_deref(),
+        Some("OpenMetricsText1.0.0")
+    );
+    assert_eq!(job.attach_metadata.map(|a| a.node), Some(false));
+    let froms: Vec<&str> = job
+        .relabel_configs
+        .iter()
+        .filter(|r| r.target_label == "from")
+        .map(|r| r.replacement.as_str())
+        .collect();
+    assert_eq!(froms, ["class", "own"]);
+
+    for (classes, needle) in [
+        (json!([{"name": ""}]), "[0].name: must not be empty"),
+        (
+            json!([{"name": "a"}, {"name": "a"}]),
+            r#""a": name given twice"#,
+        ),
+        (
+            json!([{"name": "a", "default": true}, {"name": "b", "default": true}]),
+            r#""b": multiple default scrape classes defined ("a" is default too)"#,
+        ),
+        (
+            json!([{"name": "a", "relabelings": [{"regex": "(", "targetLabel": "x"}]}]),
+            r#""a": relabelings[0]"#,
+        ),
+        (
+            json!([{"name": "a", "metricRelabelings": [{"action": "hashmod", "targetLabel": "x"}]}]),
+            r#""a": metricRelabelings[0]"#,
+        ),
+        (
+            json!([{"name": "a", "authorization": {"credentials": {"name": "s", "key": "k"}, "credentialsFile": "/f"}}]),
+            "both credentials and credentialsFile",
+        ),
+        (
+            json!([{"name": "a", "authorization": {"type": "Basic"}}]),
+            "use basicAuth instead",
+        ),
+        (
+            json!([{"name": "a", "tlsConfig": {"certFile": "/c"}}]),
+            r#""a": tlsConfig."#,
+        ),
+        (json!({"name": "a"}), "not a list of scrape classes"),
+    ] {
+        let e = scrape_classes(&classes).expect_err(needle);
+        assert!(e.contains(needle), "{classes}: {e}");
+    }
+    assert_eq!(scrape_classes(&Value::Null), Ok(Vec::new()));
 }
 
 #[test]
