@@ -21,7 +21,7 @@ use std::time::Duration;
 use herald_server::Herald;
 use kube_sim::peers as installed;
 use kube_sim::{Kind, Object, Sim, Write};
-use peers::cluster::{loopback_spec, start_herald, start_sim};
+use peers::cluster::{get_json, loopback_spec, start_herald, start_sim};
 use serde_json::{Value, json};
 
 const JOBS: &str = "jobs: []\nmonitors: {}\n";
@@ -34,15 +34,7 @@ struct Picked {
 }
 
 fn pick(sim: &Sim) -> Picked {
-    let services = sim.handle().objects_json(Kind::Service);
-    let svc = services
-        .iter()
-        .find(|s| {
-            s.pointer("/spec/selector/app").is_some()
-                && s.pointer("/spec/ports/0/name").is_some()
-                && s.pointer("/metadata/namespace") != Some(&json!("kube-system"))
-        })
-        .expect("kube-sim has a named-port Service with an app selector");
+    let svc = peers::cluster::app_service(sim);
     let text = |p: &str| svc.pointer(p).and_then(Value::as_str).expect(p).to_string();
     Picked {
         ns: text("/metadata/namespace"),
@@ -135,17 +127,6 @@ fn monitors(p: &Picked, fixed: bool) -> Vec<Object> {
             }),
         ),
     ]
-}
-
-async fn get_json(http: &reqwest::Client, url: &str) -> Value {
-    http.get(url)
-        .send()
-        .await
-        .and_then(|r| r.error_for_status())
-        .unwrap_or_else(|e| panic!("GET {url}: {e}"))
-        .json()
-        .await
-        .unwrap_or_else(|e| panic!("GET {url}: not JSON: {e}"))
 }
 
 async fn get_text(http: &reqwest::Client, url: &str) -> String {

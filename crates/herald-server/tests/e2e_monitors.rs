@@ -29,30 +29,12 @@ use serde_json::{Value, json};
 /// served silently), a ServiceMonitor with its own `serviceDiscoveryRole`, a PodMonitor by port name.
 fn hand_written(sim: &Sim) -> Vec<Object> {
     // A Service with a selector, its namespace and labels, from kube-sim's own cluster.
-    let services = sim.handle().objects_json(Kind::Service);
-    let svc = services
-        .iter()
-        .find(|s| {
-            s.pointer("/spec/selector/app").is_some()
-                && s.pointer("/spec/ports/0/name").is_some()
-                && s.pointer("/metadata/namespace") != Some(&json!("kube-system"))
-        })
-        .expect("kube-sim has a named-port Service with an app selector");
+    let svc = peers::cluster::app_service(sim);
     let ns = svc["metadata"]["namespace"].as_str().expect("namespace");
     let app = svc["spec"]["selector"]["app"].as_str().expect("app");
     let port_name = svc["spec"]["ports"][0]["name"].as_str().expect("port name");
     let target_port = svc["spec"]["ports"][0]["targetPort"].clone();
-    let monitor = |kind: Kind, ns: &str, name: &str, spec: Value| {
-        Object::Custom(
-            kind,
-            json!({
-                "apiVersion": "monitoring.coreos.com/v1",
-                "kind": kind.name(),
-                "metadata": {"name": name, "namespace": ns, "labels": {"team": "herald-test"}},
-                "spec": spec,
-            }),
-        )
-    };
+    let monitor = peers::cluster::monitor;
     vec![
         monitor(
             Kind::ServiceMonitor,

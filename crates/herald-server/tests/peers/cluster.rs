@@ -294,14 +294,7 @@ fn ipv6_pod(node_name: &str, node: &Value) -> Pod {
 /// target labels, as in Prometheus's scrape/target.go `targetsFromGroup`).
 pub async fn served(http: &reqwest::Client, herald: &Herald, job: &str) -> Vec<Labels> {
     let url = format!("{}/sd/v1/{job}", herald.url());
-    let groups: Vec<serde_json::Value> = http
-        .get(&url)
-        .send()
-        .await
-        .and_then(|r| r.error_for_status())
-        .unwrap_or_else(|e| panic!("GET {url}: {e}"))
-        .json()
-        .await
+    let groups: Vec<serde_json::Value> = serde_json::from_value(get_json(http, &url).await)
         .unwrap_or_else(|e| panic!("GET {url}: not HTTP SD JSON: {e}"));
     let mut out = Vec::new();
     for g in groups {
@@ -317,4 +310,43 @@ pub async fn served(http: &reqwest::Client, herald: &Herald, job: &str) -> Vec<L
     }
     out.sort();
     out
+}
+
+/// `GET url` as JSON; panics naming the URL on an error status or a body that is not JSON.
+pub async fn get_json(http: &reqwest::Client, url: &str) -> Value {
+    http.get(url)
+        .send()
+        .await
+        .and_then(|r| r.error_for_status())
+        .unwrap_or_else(|e| panic!("GET {url}: {e}"))
+        .json()
+        .await
+        .unwrap_or_else(|e| panic!("GET {url}: not JSON: {e}"))
+}
+
+/// A Service of kube-sim's cluster for hand-written monitors to select: an `app` selector and a
+/// named first port, outside kube-system.
+pub fn app_service(sim: &Sim) -> Value {
+    sim.handle()
+        .objects_json(Kind::Service)
+        .into_iter()
+        .find(|s| {
+            s.pointer("/spec/selector/app").is_some()
+                && s.pointer("/spec/ports/0/name").is_some()
+                && s.pointer("/metadata/namespace") != Some(&serde_json::json!("kube-system"))
+        })
+        .expect("kube-sim has a named-port Service with an app selector")
+}
+
+/// A `monitoring.coreos.com/v1` monitor of `kind`, labelled `team: herald-test`.
+pub fn monitor(kind: Kind, ns: &str, name: &str, spec: Value) -> Object {
+    Object::Custom(
+        kind,
+        serde_json::json!({
+            "apiVersion": "monitoring.coreos.com/v1",
+            "kind": kind.name(),
+            "metadata": {"name": name, "namespace": ns, "labels": {"team": "herald-test"}},
+            "spec": spec,
+        }),
+    )
 }
