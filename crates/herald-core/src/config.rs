@@ -127,6 +127,12 @@ pub struct MonitorsConfig {
     /// its changes. `namespaces`, `selector` and `ignore_namespace_selectors` must then be unset.
     #[serde(default)]
     pub prometheus: Option<String>,
+    /// Place each monitor job's targets by Istio's PeerAuthentications (as a job's `istio:` does,
+    /// without rewriting merged annotations: a monitor names its ports): a target of a sidecar pod
+    /// whose port is under STRICT mTLS moves to the companion job `<job>/istio-mtls`, scraped over
+    /// https with the certificates of the top-level `istio:` section.
+    #[serde(default)]
+    pub istio: bool,
 }
 
 fn yes() -> bool {

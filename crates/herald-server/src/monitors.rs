@@ -21,6 +21,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
+use herald_core::istio::{IstioJob, IstioMode, Part};
 use herald_core::monitor::{self, MonitorContext, MonitorJob, MonitorKind};
 use herald_core::{JobRelabel, MonitorsConfig, Role};
 use kube_face::ResId;
@@ -103,6 +104,18 @@ pub struct View {
     /// The rules before the job's port rule (the monitor's selection), keeping `__meta_*` labels:
     /// to tell a port that matches nothing from a monitor that selects nothing (`ports`).
     pub select: Option<JobRelabel>,
+    /// With `monitors.istio`: how its targets are placed between the job and its companion
+    /// `<job>/istio-mtls` (mode `merged`: targets as relabeled, placed by PeerAuthentication).
+    pub istio: Option<IstioJob>,
+}
+
+impl View {
+    /// The companion's name, if the view has one.
+    pub fn companion(&self) -> Option<String> {
+        self.istio
+            .as_ref()
+            .map(|_| herald_core::istio::mtls_job_name(&self.job.name))
+    }
 }
 
 /// Every monitor job, and what could not be served.
@@ -121,8 +134,12 @@ pub struct Views {
 /// Bodies of views kept at most; past it the cache starts over (as `EncodedCache`).
 const MAX_BODIES: usize = 16_384;
 
-/// A view's body: the view it was built for, the base job's generation, the body.
-type ViewBody = (Arc<View>, u64, Arc<Encoded>);
+/// A view's body: the view it was built for, the base job's generation and the policies' (0 without
+/// Istio), the body.
+type ViewBody = (Arc<View>, (u64, u64), Arc<Encoded>);
+
+/// Which body: the job, the shard, the job's own targets or its Istio companion's.
+type ViewBodyKey = (String, Option<Shard>, Part);
 
 /// The monitors' state on `Shared`.
 #[derive(Debug, Default)]
@@ -133,7 +150,7 @@ pub struct MonitorState {
     built: AtomicBool,
     /// (job name, shard) → (the view it was built for, base generation, body). A body is reused only
     /// for the same view: a changed monitor is a new view with other rules, whose body shares nothing.
-    bodies: Mutex<HashMap<(String, Option<Shard>), ViewBody>>,
+    bodies: Mutex<HashMap<ViewBodyKey, ViewBody>>,
     /// Job name → (the view, base generation, its port warning): `ports`, computed on request.
     port_warnings: Mutex<HashMap<String, ports::Checked>>,
 }
@@ -160,20 +177,35 @@ impl MonitorState {
         self.views().by_name.get(name).cloned()
     }
 
+    /// The view serving job `name` and which of its bodies: the job's own, or (`<job>/istio-mtls`)
+    /// its Istio companion's.
+    pub fn view_part(&self, name: &str) -> Option<(Arc<View>, Part)> {
+        let views = self.views();
+        if let Some(v) = views.by_name.get(name) {
+            return Some((v.clone(), Part::Plain));
+        }
+        let own = name.strip_suffix(herald_core::istio::MTLS_SUFFIX)?;
+        let v = views.by_name.get(own)?;
+        v.istio.is_some().then(|| (v.clone(), Part::Mtls))
+    }
+
     fn set(&self, views: Views) {
         *self.views.write().expect("views lock poisoned") = Arc::new(views);
     }
 }
 
 impl Shared {
-    /// The body of monitor job `view` (one shard of it) at its base job's published generation.
-    pub fn view_encoded(&self, view: &Arc<View>, shard: Option<Shard>) -> Arc<Encoded> {
+    /// The body `part` of monitor job `view` (one shard of it) at its base job's published
+    /// generation (and, for a view placing targets by Istio, under the current policies).
+    pub fn view_encoded(&self, view: &Arc<View>, shard: Option<Shard>, part: Part) -> Arc<Encoded> {
+        let policies = view.istio.as_ref().map(|_| self.istio.current());
+        let salt = policies.as_ref().map_or(0, |p| p.generation);
         let generation = self.generation(view.base);
-        let key = (view.job.name.clone(), shard);
+        let key = (view.job.name.clone(), shard, part);
         let prev = {
             let bodies = self.monitors.bodies.lock().expect("bodies lock poisoned");
             match bodies.get(&key) {
-                Some((v, g, body)) if Arc::ptr_eq(v, view) && *g == generation => {
+                Some((v, g, body)) if Arc::ptr_eq(v, view) && *g == (generation, salt) => {
                     return body.clone();
                 }
                 Some((v, _, body)) if Arc::ptr_eq(v, view) => Some(body.clone()),
@@ -181,18 +213,30 @@ impl Shared {
             }
         };
         let cut = self.cut_namespaces(view.base, &view.job.namespaces);
-        let body = Arc::new(Encoded::build_after(
-            prev.as_deref(),
-            cut.generation,
-            &cut.groups,
-            shard,
-            Some(&view.relabel),
-        ));
+        let body = Arc::new(match (&view.istio, &policies) {
+            (Some(job), Some(set)) => {
+                let how = crate::snapshot::IstioEncoding {
+                    job,
+                    relabel: &view.relabel,
+                    policies: &set.policies,
+                    part,
+                    salt,
+                };
+                Encoded::build_istio(prev.as_deref(), cut.generation, &cut.groups, shard, &how)
+            }
+            _ => Encoded::build_after(
+                prev.as_deref(),
+                cut.generation,
+                &cut.groups,
+                shard,
+                Some(&view.relabel),
+            ),
+        });
         let mut bodies = self.monitors.bodies.lock().expect("bodies lock poisoned");
         if bodies.len() >= MAX_BODIES {
             bodies.clear();
         }
-        bodies.insert(key, (view.clone(), cut.generation, body.clone()));
+        bodies.insert(key, (view.clone(), (cut.generation, salt), body.clone()));
         body
     }
 }
@@ -540,6 +584,10 @@ pub fn build_views(shared: &Shared, cfg: &MonitorsConfig) -> Views {
                 views.by_name.insert(
                     job.name.clone(),
                     Arc::new(View {
+                        istio: cfg.istio.then(|| IstioJob {
+                            mode: IstioMode::Merged,
+                            job: job.name.clone(),
+                        }),
                         job,
                         relabel,
                         base,

@@ -373,7 +373,9 @@ impl Herald {
                 monitor_resources.push(crate::cluster::WatchKind::Namespace.resource());
             }
         }
-        if specs.iter().any(|s| s.istio.is_some()) {
+        if specs.iter().any(|s| s.istio.is_some())
+            || options.monitors.as_ref().is_some_and(|m| m.istio)
+        {
             monitor_resources.push(resolve_peer_authentications(&client).await?);
         }
         let shared = Shared::with_monitors(

@@ -189,7 +189,9 @@ impl Shared {
                 groups: AtomicUsize::new(0),
             });
         }
-        let istio = jobs.iter().any(|h| h.istio.is_some()).then_some(istio);
+        let istio = (jobs.iter().any(|h| h.istio.is_some())
+            || monitors.as_ref().is_some_and(|m| m.istio))
+        .then_some(istio);
         kinds.sort();
         kinds.dedup();
         // One store for both faces: a resource the jobs and the API both need is held once.
@@ -522,11 +524,18 @@ impl Shared {
 
     /// The PeerAuthentications changed: every Istio-aware job gets a new generation.
     pub fn touch_istio_jobs(&self) {
+        // With `monitors.istio`, the base jobs too: a monitor job's body is keyed on its base job's
+        // generation, and its long-polls wait on it.
+        let monitors = self.monitors.config.as_ref().is_some_and(|m| m.istio);
         let jobs: Vec<usize> = self
             .jobs
             .iter()
             .enumerate()
-            .filter(|(j, h)| h.istio.is_some() && h.source == *j)
+            .filter(|(j, h)| {
+                (h.istio.is_some()
+                    || (monitors && h.name.starts_with(crate::monitors::BASE_PREFIX)))
+                    && h.source == *j
+            })
             .map(|(j, _)| j)
             .collect();
         if !jobs.is_empty() {

@@ -4,8 +4,9 @@
 //! on its loopback pod IP: plaintext HTTP, or — where the policy makes the port STRICT — TLS that
 //! demands a client certificate, as a sidecar under STRICT does. Prometheus runs herald's own
 //! `/scrape-configs` (the companion job with Istio's certificate settings pointing at a throw-away
-//! PKI) and must find exactly the documented targets, each up. A policy changed at runtime moves
-//! targets between a job and its companion without a restart.
+//! PKI) and must find exactly the documented targets, each up. A PodMonitor's job, with
+//! `monitors.istio`, is placed by the same policies. A policy changed at runtime moves targets
+//! between a job and its companion without a restart.
 
 #[path = "peers/harness.rs"]
 mod peers;
@@ -203,7 +204,41 @@ fn expected() -> Vec<(&'static str, BTreeSet<String>)> {
             "merged/istio-mtls",
             set(&["127.77.0.7:18080 /metrics https"]),
         ),
+        // A PodMonitor on every pod's `metrics` port (`monitors.istio`): the same policies place
+        // its targets; nothing is rewritten (the monitor names its port).
+        (
+            APPS_MONITOR,
+            set(&[
+                "127.77.0.1:18080 - -", // namespace PERMISSIVE
+                "127.77.0.2:18080 - -",
+                "127.77.0.3:18080 - -", // outside the mesh
+                "127.77.0.4:18080 - -", // workload DISABLE
+                "127.77.0.5:19100 - -", // port PERMISSIVE
+            ]),
+        ),
+        (
+            "podMonitor/mesh-a/apps/0/istio-mtls",
+            set(&[
+                "127.77.0.6:18080 - https", // mesh-wide STRICT
+                "127.77.0.7:18080 - https",
+                "127.77.0.8:18443 - https", // port-level STRICT
+            ]),
+        ),
     ]
+}
+
+/// The PodMonitor's job.
+const APPS_MONITOR: &str = "podMonitor/mesh-a/apps/0";
+
+/// A PodMonitor in mesh-a on the `metrics` port of every pod of the test's namespaces.
+fn apps_monitor() -> Object {
+    Object::Custom(
+        Kind::PodMonitor,
+        json!({"apiVersion": "monitoring.coreos.com/v1", "kind": "PodMonitor",
+               "metadata": {"namespace": "mesh-a", "name": "apps", "labels": {"team": "mesh-test"}},
+               "spec": {"selector": {}, "namespaceSelector": {"matchNames": ["mesh-a", "mesh-b", "outside"]},
+                        "podMetricsEndpoints": [{"port": "metrics"}]}}),
+    )
 }
 
 /// The entries herald serves for `job`.
@@ -312,6 +347,7 @@ async fn istio_jobs_serve_the_documented_targets_and_schemes_and_prometheus_scra
     let sim = start_sim(loopback_spec(), 5).await;
     let mut writes: Vec<Write> = pods().into_iter().map(Write::Put).collect();
     writes.extend(policies("PERMISSIVE").into_iter().map(Write::Put));
+    writes.push(Write::Put(apps_monitor()));
     sim.handle().apply(writes);
 
     // Istio's certificate files as a Prometheus pod would mount them: the CA, a client identity.
@@ -323,7 +359,7 @@ async fn istio_jobs_serve_the_documented_targets_and_schemes_and_prometheus_scra
     std::fs::write(certs.path().join("key.pem"), &client.key).expect("write key");
 
     let jobs = format!(
-        "istio: {{certs_dir: {:?}}}\njobs:\n\
+        "istio: {{certs_dir: {:?}}}\nmonitors: {{selector: team=mesh-test, istio: true}}\njobs:\n\
          - {{name: separate, role: pod, annotations: prometheus.io, istio: separate, namespaces: {{names: [mesh-a, mesh-b, outside]}}}}\n\
          - {{name: merged, role: pod, annotations: prometheus.io, istio: merged, namespaces: {{names: [mesh-a, mesh-b, outside]}}}}\n",
         certs.path().display().to_string()
@@ -351,6 +387,17 @@ async fn istio_jobs_serve_the_documented_targets_and_schemes_and_prometheus_scra
         .find(|j| j["job"] == "separate/istio-mtls")
         .expect("the companion is listed");
     assert_eq!(companion["istio"]["body"], "mtls", "{companion}");
+    let monitor_companion = listed
+        .as_array()
+        .expect("a list")
+        .iter()
+        .find(|j| j["job"] == format!("{APPS_MONITOR}/istio-mtls"))
+        .expect("the monitor job's companion is listed");
+    assert_eq!(monitor_companion["monitor"], true, "{monitor_companion}");
+    assert_eq!(
+        monitor_companion["istio"]["body"], "mtls",
+        "{monitor_companion}"
+    );
 
     // Every listener the documented targets dial; STRICT ports demand a client certificate.
     let acceptor = strict_acceptor(&ca);
@@ -370,6 +417,7 @@ async fn istio_jobs_serve_the_documented_targets_and_schemes_and_prometheus_scra
         .expect("text");
     for want in [
         "job_name: \"separate/istio-mtls\"",
+        "job_name: podMonitor/mesh-a/apps/0/istio-mtls",
         "insecure_skip_verify: true",
         "cert-chain.pem",
     ] {
@@ -389,8 +437,22 @@ async fn istio_jobs_serve_the_documented_targets_and_schemes_and_prometheus_scra
         .into_iter()
         .flat_map(|(job, targets)| targets.into_iter().map(move |t| format!("{job} {t}")))
         .map(|t| {
-            // Prometheus lists the scheme it used: http where herald set none.
-            t.replace(" -", " http")
+            // Prometheus lists the path and scheme it used: its defaults where herald set none.
+            let f: Vec<&str> = t.split(' ').collect();
+            let or = |v: &str, default: &str| {
+                if v == "-" {
+                    default.to_string()
+                } else {
+                    v.to_string()
+                }
+            };
+            format!(
+                "{} {} {} {}",
+                f[0],
+                f[1],
+                or(f[2], "/metrics"),
+                or(f[3], "http")
+            )
         })
         .collect();
     let mut last = String::new();
@@ -436,16 +498,52 @@ async fn istio_jobs_serve_the_documented_targets_and_schemes_and_prometheus_scra
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
 
-    // A namespace turned STRICT at runtime: its application ports move to the companion.
+    // A namespace turned STRICT at runtime: its application ports move to the companion. A
+    // long-poll on the monitor job's companion, waiting on its body, wakes with the new one (were it
+    // not woken, herald would answer 304 when the wait ends).
+    let companion_url = format!("{base}/sd/v1/{APPS_MONITOR}/istio-mtls");
+    let etag = http
+        .get(&companion_url)
+        .send()
+        .await
+        .expect("answers")
+        .headers()
+        .get("etag")
+        .expect("an ETag")
+        .to_str()
+        .expect("ASCII")
+        .to_string();
+    let poll = tokio::spawn({
+        let http = http.clone();
+        let url = format!("{companion_url}?wait=120s");
+        async move {
+            let res = http
+                .get(url)
+                .header("if-none-match", etag)
+                .send()
+                .await
+                .expect("answers");
+            (res.status().as_u16(), res.text().await.expect("body"))
+        }
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
     sim.handle()
         .apply(policies("STRICT").into_iter().map(Write::Put).collect());
+    let (status, body) = poll.await.expect("the long-poll returns");
+    assert_eq!(status, 200, "the long-poll woke with a new body: {body}");
+    assert!(body.contains("127.77.0.1:18080"), "{body}");
     let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
     loop {
         let mtls = served(&http, &base, "separate/istio-mtls").await;
         let plain = served(&http, &base, "separate").await;
+        let monitor_mtls = served(&http, &base, &format!("{APPS_MONITOR}/istio-mtls")).await;
+        let monitor_plain = served(&http, &base, APPS_MONITOR).await;
         if mtls.contains("127.77.0.1:18080 /metrics https")
             && mtls.contains("127.77.0.2:18080 /metrics https")
             && !plain.contains("127.77.0.1:18080 /metrics -")
+            && monitor_mtls.contains("127.77.0.1:18080 - https")
+            && monitor_mtls.contains("127.77.0.2:18080 - https")
+            && !monitor_plain.contains("127.77.0.1:18080 - -")
         {
             assert!(
                 plain.contains("127.77.0.1:15090 /stats/prometheus http"),
@@ -455,7 +553,8 @@ async fn istio_jobs_serve_the_documented_targets_and_schemes_and_prometheus_scra
         }
         assert!(
             tokio::time::Instant::now() < deadline,
-            "the STRICT namespace was not followed: plain {plain:#?} mtls {mtls:#?}"
+            "the STRICT namespace was not followed: plain {plain:#?} mtls {mtls:#?} monitor \
+             {monitor_plain:#?} {monitor_mtls:#?}"
         );
         tokio::time::sleep(Duration::from_millis(200)).await;
     }

@@ -65,7 +65,7 @@ fn job_list(shared: &Shared) -> serde_json::Value {
     }
     let views = shared.monitors.views();
     for (name, v) in &views.by_name {
-        jobs.push(serde_json::json!({
+        let mut entry = serde_json::json!({
             "job": name,
             "role": v.job.role.as_str(),
             "url": format!("/sd/v1/{name}"),
@@ -76,7 +76,18 @@ fn job_list(shared: &Shared) -> serde_json::Value {
             "stale": shared.job_stale(v.base),
             "unsupported": v.job.unsupported,
             "warnings": shared.view_warnings(v),
-        }));
+        });
+        let Some(companion) = v.companion() else {
+            jobs.push(entry);
+            continue;
+        };
+        entry["istio"] = serde_json::json!({"mode": "merged", "body": "plain", "job": name});
+        let mut mtls = entry.clone();
+        mtls["job"] = companion.clone().into();
+        mtls["url"] = format!("/sd/v1/{companion}").into();
+        mtls["istio"]["body"] = "mtls".into();
+        jobs.push(entry);
+        jobs.push(mtls);
     }
     for problem in &views.problems {
         jobs.push(serde_json::json!({ "monitor_error": problem, "served": false }));
@@ -158,6 +169,15 @@ pub async fn scrape_configs(
     for (name, v) in &views.by_name {
         let url = format!("{base}/sd/v1/{name}{shard}");
         out.push_str(&herald_core::monitor::scrape_config_yaml(&v.job, &url));
+        if let (Some(companion), Some(cfg)) = (v.companion(), &shared.istio.config) {
+            // The endpoint's settings, over https with Istio's certificates instead of its own TLS.
+            let mut job = v.job.clone();
+            job.name = companion;
+            job.scrape.scheme = Some("https".into());
+            job.scrape.tls_config = Some(istio_tls_files(cfg));
+            let url = format!("{base}/sd/v1/{}{shard}", job.name);
+            out.push_str(&herald_core::monitor::scrape_config_yaml(&job, &url));
+        }
     }
     out.push_str(&istio_scrape_configs(&shared, &base, &shard));
     let mut res = out.into_response();
@@ -176,7 +196,7 @@ fn istio_scrape_configs(shared: &Shared, base: &str, shard: &str) -> String {
     let Some(cfg) = &shared.istio.config else {
         return String::new();
     };
-    let certs = cfg.certs_dir.trim_end_matches('/');
+    let tls = istio_tls_files(cfg);
     let mut out = String::new();
     for h in shared.jobs().iter().filter(|h| h.istio.is_some()) {
         let name = serde_json::to_string(&h.name).expect("a string serializes");
@@ -184,20 +204,35 @@ fn istio_scrape_configs(shared: &Shared, base: &str, shard: &str) -> String {
             .expect("a string serializes");
         out.push_str(&format!("- job_name: {name}\n"));
         if let Some((_, herald_core::istio::Part::Mtls)) = &h.istio {
-            let file = |f: &str| {
-                serde_json::to_string(&format!("{certs}/{f}")).expect("a string serializes")
+            let file = |f: &Option<String>| {
+                serde_json::to_string(f.as_deref().unwrap_or_default())
+                    .expect("a string serializes")
             };
             out.push_str(&format!(
                 "  scheme: https\n  tls_config:\n    ca_file: {}\n    cert_file: {}\n    \
                  key_file: {}\n    insecure_skip_verify: true\n",
-                file("root-cert.pem"),
-                file("cert-chain.pem"),
-                file("key.pem"),
+                file(&tls.ca_file),
+                file(&tls.cert_file),
+                file(&tls.key_file),
             ));
         }
         out.push_str(&format!("  http_sd_configs:\n  - url: {url}\n"));
     }
     out
+}
+
+/// Istio's workload certificates where its documented Prometheus setup mounts them
+/// (`istio.certs_dir`), the server name not verified (the certificate names a SPIFFE identity).
+fn istio_tls_files(cfg: &herald_core::IstioConfig) -> herald_core::monitor::TlsFiles {
+    let certs = cfg.certs_dir.trim_end_matches('/');
+    let file = |f: &str| Some(format!("{certs}/{f}"));
+    herald_core::monitor::TlsFiles {
+        insecure_skip_verify: Some(true),
+        ca_file: file("root-cert.pem"),
+        cert_file: file("cert-chain.pem"),
+        key_file: file("key.pem"),
+        ..Default::default()
+    }
 }
 
 pub async fn job(
@@ -240,13 +275,13 @@ async fn serve_job(
         None => {
             let view = shared
                 .monitors
-                .view(name)
+                .view_part(name)
                 .ok_or_else(|| ApiError::NotFound(format!("unknown job {name:?}")))?;
-            (view.base, Some(view))
+            (view.0.base, Some(view))
         }
     };
     let encode = |shard| match &view {
-        Some(v) => shared.view_encoded(v, shard),
+        Some((v, part)) => shared.view_encoded(v, shard, *part),
         None => shared.encoded(j, shard),
     };
     let query = SdQuery::parse(raw)?;

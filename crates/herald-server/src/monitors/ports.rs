@@ -171,6 +171,7 @@ mod tests {
             select: selection(&job),
             job,
             base: 0,
+            istio: None,
         }
     }
 
