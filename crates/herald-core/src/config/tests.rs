@@ -515,6 +515,12 @@ fn the_monitors_section_defaults_to_every_monitor_and_names_what_is_wrong() {
     assert!(m.service_monitors && m.pod_monitors);
     assert_eq!(m.service_role(), Role::Endpoints);
     assert_eq!(m.prometheus_object(), None);
+    assert!(!m.istio, "monitor jobs are not Istio-aware unless asked");
+    let istio = parse_config("jobs: []\nmonitors: {istio: true}\n")
+        .expect("valid")
+        .monitors
+        .expect("on");
+    assert!(istio.istio);
     assert!(
         parse_config("jobs: []\n")
             .expect("valid")
