@@ -213,8 +213,10 @@ impl Shared {
             }
         };
         let cut = self.cut_namespaces(view.base, &view.job.namespaces);
+        let mut other = None;
         let body = Arc::new(match (&view.istio, &policies) {
             (Some(job), Some(set)) => {
+                // Both parts in one pass, the other kept for its first request.
                 let how = crate::snapshot::IstioEncoding {
                     job,
                     relabel: &view.relabel,
@@ -222,7 +224,28 @@ impl Shared {
                     part,
                     salt,
                 };
-                Encoded::build_istio(prev.as_deref(), cut.generation, &cut.groups, shard, &how)
+                let other_part = match part {
+                    Part::Plain => Part::Mtls,
+                    Part::Mtls => Part::Plain,
+                };
+                let other_key = (view.job.name.clone(), shard, other_part);
+                let prev_other = {
+                    let bodies = self.monitors.bodies.lock().expect("bodies lock poisoned");
+                    bodies
+                        .get(&other_key)
+                        .filter(|(v, _, _)| Arc::ptr_eq(v, view))
+                        .map(|(_, _, b)| b.clone())
+                };
+                let (own, theirs) = Encoded::build_istio_pair(
+                    prev.as_deref(),
+                    prev_other.as_deref(),
+                    cut.generation,
+                    &cut.groups,
+                    shard,
+                    &how,
+                );
+                other = Some((other_key, Arc::new(theirs)));
+                own
             }
             _ => Encoded::build_after(
                 prev.as_deref(),
@@ -237,6 +260,9 @@ impl Shared {
             bodies.clear();
         }
         bodies.insert(key, (view.clone(), (cut.generation, salt), body.clone()));
+        if let Some((k, b)) = other {
+            bodies.insert(k, (view.clone(), (cut.generation, salt), b));
+        }
         body
     }
 }

@@ -79,7 +79,8 @@ impl Reference {
     }
 
     /// The entries herald should serve for `spec`: groups in object-key order (herald's order), each
-    /// flattened to one entry per target, relabeled by herald-core when the job relabels.
+    /// flattened to one entry per target, relabeled by herald-core when the job relabels — then
+    /// an entry equal to an earlier one of the same group left out (Prometheus scrapes it once).
     pub fn entries(&self, spec: &JobSpec) -> Vec<HttpSdEntry> {
         let lookup = RefLookup {
             state: self,
@@ -88,15 +89,22 @@ impl Reference {
         let Some(primary) = self.objects.get(&WatchKind::primary(spec.role)) else {
             return Vec::new();
         };
-        primary
-            .values()
-            .filter(|o| spec.filter.admits(o))
-            .flat_map(|o| herald_core::http_sd_entries(&group(spec, o, &lookup)))
-            .filter_map(|e| match &spec.relabel {
-                Some(r) => r.entry(e),
-                None => Some(e),
-            })
-            .collect()
+        let mut out = Vec::new();
+        for o in primary.values().filter(|o| spec.filter.admits(o)) {
+            let entries = herald_core::http_sd_entries(&group(spec, o, &lookup));
+            let Some(r) = &spec.relabel else {
+                out.extend(entries);
+                continue;
+            };
+            let mut kept: Vec<HttpSdEntry> = Vec::new();
+            for e in entries.into_iter().filter_map(|e| r.entry(e)) {
+                if !kept.contains(&e) {
+                    kept.push(e);
+                }
+            }
+            out.extend(kept);
+        }
+        out
     }
 
     /// The body herald should serve for `spec`, encoded in one go by herald-core (not through

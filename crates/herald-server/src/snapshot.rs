@@ -2,6 +2,7 @@
 //! its ETag. Encoded once and shared by every response until the job changes.
 
 use std::collections::HashMap;
+use std::hash::BuildHasher as _;
 use std::io::Write as _;
 use std::ops::Range;
 use std::sync::{Arc, Mutex, OnceLock};
@@ -76,10 +77,14 @@ impl Encoded {
         let mut scratch = Vec::new();
         let mut address = String::new();
         let mut labels = LabelSet::new();
+        // The group's relabeled entries written so far: hash of the entry's bytes → where it is.
+        let mut written: HashMap<u64, Range<usize>, foldhash::fast::FixedState> =
+            HashMap::default();
         Encoded::build_with(prev, generation, groups, 0, |group, json, targets| {
             if let Some(relabel) = relabel {
                 // A shard is cut from the relabeled targets, by their final address.
                 let may_keep = group.may_keep(relabel);
+                written.clear();
                 for target in group.iter().filter(|_| may_keep) {
                     let Some(final_address) = group.relabel(target, relabel, &mut labels) else {
                         continue;
@@ -87,10 +92,27 @@ impl Encoded {
                     if shard.is_some_and(|s| !s.holds(&final_address)) {
                         continue;
                     }
+                    let mark = json.len();
                     if *targets > 0 {
                         json.push(b',');
                     }
+                    let start = json.len();
                     write_labeled_entry(json, &final_address, &labels);
+                    // Rules that rewrite the address often make a group's targets equal (the
+                    // `prometheus.io/port` annotation on every container port of a pod). Prometheus
+                    // and vmagent scrape equal targets once; herald writes them once, so bodies
+                    // carry no copies. Equal entries are equal bytes (labels are sorted).
+                    let hash = written.hasher().hash_one(&json[start..]);
+                    match written.get(&hash) {
+                        Some(r) if json[r.clone()] == json[start..] => {
+                            json.truncate(mark);
+                            continue;
+                        }
+                        Some(_) => {} // a 64-bit collision: written, not remembered
+                        None => {
+                            written.insert(hash, start..json.len());
+                        }
+                    }
                     *targets += 1;
                 }
             } else {
@@ -108,53 +130,66 @@ impl Encoded {
         })
     }
 
-    /// One body (`istio.part`) of an Istio-aware job: each target relabeled and placed by
-    /// `herald_core::istio::IstioJob::targets`, equal targets of one group written once (Prometheus
-    /// would scrape them once). Bodies built under other policies (`istio.salt`) share nothing.
-    pub fn build_istio(
+    /// Both bodies of an Istio-aware job: `istio.part`'s, then the other part's, in one pass over
+    /// the targets (each target relabeled and placed by `herald_core::istio::IstioJob::targets`,
+    /// equal targets of one group written once: Prometheus would scrape them once). `prev` and
+    /// `prev_other` are earlier bodies of each part to copy unchanged groups from; bodies built
+    /// under other policies (`istio.salt`) share nothing.
+    pub fn build_istio_pair(
         prev: Option<&Encoded>,
+        prev_other: Option<&Encoded>,
         generation: u64,
         groups: &[Arc<Group>],
         shard: Option<Shard>,
         istio: &IstioEncoding<'_>,
-    ) -> Encoded {
+    ) -> (Encoded, Encoded) {
+        let other = match istio.part {
+            Part::Plain => Part::Mtls,
+            Part::Mtls => Part::Plain,
+        };
         let mut labels = LabelSet::new();
         let mut served: Vec<Served> = Vec::new();
-        Encoded::build_with(
+        // The other part's entries of each group placed while building the first body.
+        let mut stash: Vec<u8> = Vec::new();
+        let mut stashed: HashMap<*const Group, (Range<usize>, usize), foldhash::fast::RandomState> =
+            HashMap::default();
+        let own = Encoded::build_with(
             prev,
             generation,
             groups,
             istio.salt,
             |group, json, targets| {
-                // A group whose own labels drop every target is skipped, unless the application's
-                // recovered annotations could keep what the merged ones drop.
-                if !group.may_keep(istio.relabel) && group.label(APP_ANNOTATIONS_LABEL).is_none() {
-                    return;
-                }
-                served.clear();
-                for target in group.iter() {
-                    group.discovered(target, &mut labels);
-                    istio.job.targets(
-                        std::mem::take(&mut labels),
-                        istio.relabel,
-                        istio.policies,
-                        &mut served,
-                    );
-                }
-                served.retain(|(part, address, _)| {
-                    *part == istio.part && shard.is_none_or(|s| s.holds(address))
-                });
-                served.sort_unstable_by(|a, b| (&a.1, &a.2).cmp(&(&b.1, &b.2)));
-                served.dedup_by(|a, b| a.1 == b.1 && a.2 == b.2);
-                for (_, address, labels) in &served {
-                    if *targets > 0 {
-                        json.push(b',');
+                place_group(group, istio, shard, &mut labels, &mut served);
+                write_part(&served, istio.part, json, targets);
+                let start = stash.len();
+                let mut n = 0;
+                write_part(&served, other, &mut stash, &mut n);
+                stashed.insert(std::ptr::from_ref(group), (start..stash.len(), n));
+            },
+        );
+        let theirs = Encoded::build_with(
+            prev_other,
+            generation,
+            groups,
+            istio.salt,
+            |group, json, targets| match stashed.get(&std::ptr::from_ref(group)) {
+                Some((range, n)) => {
+                    if *n > 0 {
+                        if *targets > 0 {
+                            json.push(b',');
+                        }
+                        json.extend_from_slice(&stash[range.clone()]);
+                        *targets += n;
                     }
-                    write_labeled_entry(json, address, labels);
-                    *targets += 1;
+                }
+                // The first body copied this group from its previous body: place it now.
+                None => {
+                    place_group(group, istio, shard, &mut labels, &mut served);
+                    write_part(&served, other, json, targets);
                 }
             },
-        )
+        );
+        (own, theirs)
     }
 
     /// The body of `groups`, each written by `write` (which appends entries, separated by commas,
@@ -246,6 +281,47 @@ impl Encoded {
     }
 }
 
+/// Every target `group` serves in either body of an Istio-aware job, in `served` (cleared first):
+/// placed by the job, cut to `shard` by final address, sorted, equal ones once.
+fn place_group(
+    group: &Group,
+    istio: &IstioEncoding<'_>,
+    shard: Option<Shard>,
+    labels: &mut LabelSet,
+    served: &mut Vec<Served>,
+) {
+    served.clear();
+    // A group whose own labels drop every target is skipped, unless the application's recovered
+    // annotations could keep what the merged ones drop.
+    if !group.may_keep(istio.relabel) && group.label(APP_ANNOTATIONS_LABEL).is_none() {
+        return;
+    }
+    for target in group.iter() {
+        group.discovered(target, labels);
+        istio.job.targets(
+            std::mem::take(labels),
+            istio.relabel,
+            istio.policies,
+            served,
+        );
+    }
+    served.retain(|(_, address, _)| shard.is_none_or(|s| s.holds(address)));
+    served.sort_unstable();
+    served.dedup();
+}
+
+/// The entries of `served` in body `part`, appended to `json` (comma-separated after `targets`
+/// entries), counted in `targets`.
+fn write_part(served: &[Served], part: Part, json: &mut Vec<u8>, targets: &mut usize) {
+    for (_, address, labels) in served.iter().filter(|(p, _, _)| *p == part) {
+        if *targets > 0 {
+            json.push(b',');
+        }
+        write_labeled_entry(json, address, labels);
+        *targets += 1;
+    }
+}
+
 /// At most this many (job, shard) bodies are kept; beyond it the cache starts over. Bounds memory
 /// when clients ask for many different shard counts.
 const MAX_ENTRIES: usize = 4096;
@@ -262,6 +338,31 @@ pub struct EncodedCache {
 }
 
 impl EncodedCache {
+    /// The body built for `job`/`shard` last, whatever its generation.
+    pub fn latest(&self, job: usize, shard: Option<Shard>) -> Option<Arc<Encoded>> {
+        let slots = self.slots.lock().expect("encoded cache lock poisoned");
+        slots.get(&(job, shard)).and_then(|(_, s)| s.get().cloned())
+    }
+
+    /// Keeps `body` as `job`/`shard`'s at `generation`, built alongside another body, unless a
+    /// body of that generation (or a later one) is there or being built.
+    pub fn offer(&self, job: usize, shard: Option<Shard>, generation: u64, body: Arc<Encoded>) {
+        let mut slots = self.slots.lock().expect("encoded cache lock poisoned");
+        match slots.get(&(job, shard)) {
+            Some((g, slot)) if *g == generation => {
+                let _ = slot.set(body);
+            }
+            Some((g, _)) if *g > generation => {}
+            _ => {
+                if slots.len() >= MAX_ENTRIES {
+                    slots.clear();
+                }
+                let slot: Slot = Arc::new(OnceLock::from(body));
+                slots.insert((job, shard), (generation, slot));
+            }
+        }
+    }
+
     /// The body of `job`/`shard` at `generation`, built by `build` if this is the first request for
     /// it; `build` is handed the body of the generation before, when one was built, to copy from.
     /// Concurrent first requests wait for one build instead of each encoding.
@@ -348,6 +449,134 @@ mod tests {
         assert_eq!(e.targets, 3);
         let empty = Encoded::build(1, &[], Some(Shard { index: 0, count: 2 }));
         assert_eq!(&empty.json[..], b"[]");
+    }
+
+    #[test]
+    fn relabeled_targets_made_equal_are_written_once_per_group() {
+        // Every port of a pod rewritten to one address (the `prometheus.io/port` rule): Prometheus
+        // scrapes one target, and herald writes one.
+        let groups = vec![
+            mk_group("pod-a", &["127.0.0.1:80", "127.0.0.1:81", "127.0.0.1:82"]),
+            mk_group("pod-b", &["127.0.0.2:80", "127.0.0.2:81"]),
+        ];
+        let rules: Vec<herald_core::RelabelConfig> = serde_yaml::from_str(
+            "- {source_labels: [__address__], regex: '([^:]+):.*', replacement: '$1:9100', target_label: __address__}\n",
+        )
+        .expect("rules");
+        let relabel = JobRelabel::new(rules, false).expect("valid");
+        let e = Encoded::build_after(None, 1, &groups, None, Some(&relabel));
+        let v: serde_json::Value = serde_json::from_slice(&e.json).expect("json");
+        let addresses: Vec<&str> = v
+            .as_array()
+            .expect("array")
+            .iter()
+            .map(|entry| entry["targets"][0].as_str().expect("target"))
+            .collect();
+        assert_eq!(addresses, ["127.0.0.1:9100", "127.0.0.2:9100"]);
+        assert_eq!(e.targets, 2);
+        // Targets the rules leave different are all written.
+        let keep_port: Vec<herald_core::RelabelConfig> = serde_yaml::from_str(
+            "- {source_labels: [__address__], regex: '.*:(8.)', replacement: '127.0.0.9:$1', target_label: __address__}\n",
+        )
+        .expect("rules");
+        let relabel = JobRelabel::new(keep_port, false).expect("valid");
+        let e = Encoded::build_after(None, 1, &groups, None, Some(&relabel));
+        assert_eq!(e.targets, 5, "{}", String::from_utf8_lossy(&e.json));
+    }
+
+    /// A pod group in `ns` with the sidecar (or not), its targets on `ports`.
+    fn pod_group(ns: &str, ip: &str, sidecar: bool, ports: &[u16]) -> Arc<Group> {
+        let mut labels =
+            LabelSet::from([("__meta_kubernetes_namespace".to_string(), ns.to_string())]);
+        if sidecar {
+            labels.insert(
+                herald_core::istio::TLS_MODE_LABEL.to_string(),
+                "istio".to_string(),
+            );
+        }
+        Arc::new(Group::of(
+            &TargetGroup {
+                source: format!("pod/{ns}/{ip}"),
+                targets: ports
+                    .iter()
+                    .map(|p| LabelSet::from([("__address__".to_string(), format!("{ip}:{p}"))]))
+                    .collect(),
+                labels,
+            },
+            &Interner::default(),
+        ))
+    }
+
+    #[test]
+    fn both_istio_bodies_come_from_one_pass_equal_whichever_is_asked_first_and_after_changes() {
+        let policies = herald_core::istio::Policies::new(
+            "istio-system",
+            vec![
+                herald_core::istio::PeerAuthentication::from_value(&serde_json::json!({
+                    "metadata": {"namespace": "strict", "name": "default",
+                                 "creationTimestamp": "2026-01-01T00:00:00Z"},
+                    "spec": {"mtls": {"mode": "STRICT"}},
+                }))
+                .expect("a policy"),
+            ],
+        );
+        let job = IstioJob {
+            mode: herald_core::istio::IstioMode::Merged,
+            job: "j".into(),
+        };
+        let rules: Vec<herald_core::RelabelConfig> =
+            serde_yaml::from_str("- {source_labels: [__address__], regex: '.*', action: keep}\n")
+                .expect("rules");
+        let relabel = JobRelabel::new(rules, false).expect("valid");
+        let how = |part| IstioEncoding {
+            job: &job,
+            relabel: &relabel,
+            policies: &policies,
+            part,
+            salt: 1,
+        };
+        let mut groups = vec![
+            pod_group("strict", "127.0.0.1", true, &[8080, 15090, 8080]),
+            pod_group("strict", "127.0.0.2", false, &[8080]),
+            pod_group("open", "127.0.0.3", true, &[8080]),
+        ];
+        let (plain, mtls) =
+            Encoded::build_istio_pair(None, None, 1, &groups, None, &how(Part::Plain));
+        let (mtls2, plain2) =
+            Encoded::build_istio_pair(None, None, 1, &groups, None, &how(Part::Mtls));
+        assert_eq!((&plain.json, &mtls.json), (&plain2.json, &mtls2.json));
+        let addresses = |e: &Encoded| -> Vec<String> {
+            let v: serde_json::Value = serde_json::from_slice(&e.json).expect("json");
+            v.as_array()
+                .expect("array")
+                .iter()
+                .map(|x| x["targets"][0].as_str().expect("address").to_string())
+                .collect()
+        };
+        // STRICT application port of the sidecar pod (once) in the companion; Envoy, the pod
+        // without sidecar and the PERMISSIVE namespace plain.
+        assert_eq!(addresses(&mtls), ["127.0.0.1:8080"]);
+        assert_eq!(
+            addresses(&plain),
+            ["127.0.0.1:15090", "127.0.0.2:8080", "127.0.0.3:8080"]
+        );
+        // One group changes: the next pair, copying the unchanged groups from the previous bodies
+        // (whichever body is asked first), equals a fresh build.
+        groups[2] = pod_group("open", "127.0.0.3", true, &[8080, 9090]);
+        let fresh = Encoded::build_istio_pair(None, None, 2, &groups, None, &how(Part::Plain));
+        let (p3, m3) = Encoded::build_istio_pair(
+            Some(&plain),
+            Some(&mtls),
+            2,
+            &groups,
+            None,
+            &how(Part::Plain),
+        );
+        assert_eq!((&p3.json, &m3.json), (&fresh.0.json, &fresh.1.json));
+        let (m4, p4) =
+            Encoded::build_istio_pair(Some(&mtls), None, 2, &groups, None, &how(Part::Mtls));
+        assert_eq!((&p4.json, &m4.json), (&fresh.0.json, &fresh.1.json));
+        assert_eq!(p4.targets, 4);
     }
 
     #[test]

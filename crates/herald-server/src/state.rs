@@ -507,6 +507,12 @@ impl Shared {
             let relabel = job.relabel.as_deref();
             match (&job.istio, relabel) {
                 (Some((istio, part)), Some(relabel)) => {
+                    // An Istio-aware job and its companion place the same targets: both bodies are
+                    // built in one pass, the other one kept for its first request.
+                    let sibling = match part {
+                        herald_core::istio::Part::Plain => job.companions.first().copied(),
+                        herald_core::istio::Part::Mtls => Some(job.source),
+                    };
                     let set = self.istio.current();
                     let how = crate::snapshot::IstioEncoding {
                         job: istio,
@@ -515,7 +521,19 @@ impl Shared {
                         part: *part,
                         salt: set.generation,
                     };
-                    Encoded::build_istio(prev, cut.generation, &cut.groups, shard, &how)
+                    let prev_other = sibling.and_then(|s| self.bodies.latest(s, shard));
+                    let (own, other) = Encoded::build_istio_pair(
+                        prev,
+                        prev_other.as_deref(),
+                        cut.generation,
+                        &cut.groups,
+                        shard,
+                        &how,
+                    );
+                    if let Some(s) = sibling {
+                        self.bodies.offer(s, shard, generation, Arc::new(other));
+                    }
+                    own
                 }
                 _ => Encoded::build_after(prev, cut.generation, &cut.groups, shard, relabel),
             }

@@ -280,21 +280,32 @@ async fn kube_proxy_shaped_and_plain_reflectors_stay_in_sync_through_upstream_fa
         "herald itself relisted upstream after the 410s: {relists}"
     );
 
-    // One upstream watch per kind, whatever the number of downstream clients.
-    let stats = sim.stats();
-    for kind in [
+    // One upstream watch per kind, whatever the number of downstream clients (once herald has
+    // re-opened the watches the faults closed: on a loaded machine that can lag the check).
+    let kinds = [
         "pods",
         "services",
         "endpointslices",
         "nodes",
         "namespaces",
         "endpoints",
-    ] {
-        assert_eq!(
-            stats["by_resource"][kind]["watches_open"], 1,
-            "{kind}: {}",
-            stats["by_resource"][kind]
+    ];
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
+    loop {
+        let stats = sim.stats();
+        let off: Vec<String> = kinds
+            .iter()
+            .filter(|k| stats["by_resource"][**k]["watches_open"] != 1)
+            .map(|k| format!("{k}: {}", stats["by_resource"][*k]))
+            .collect();
+        if off.is_empty() {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "not one upstream watch per kind: {off:?}"
         );
+        tokio::time::sleep(Duration::from_millis(200)).await;
     }
 }
 
