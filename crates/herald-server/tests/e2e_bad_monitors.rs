@@ -20,28 +20,11 @@ use std::time::Duration;
 
 use herald_server::Herald;
 use kube_sim::peers as installed;
-use kube_sim::{Kind, Object, Sim, Write};
-use peers::cluster::{get_json, loopback_spec, start_herald, start_sim};
+use kube_sim::{Kind, Object, Write};
+use peers::cluster::{AppService, app_service, get_json, loopback_spec, start_herald, start_sim};
 use serde_json::{Value, json};
 
 const JOBS: &str = "jobs: []\nmonitors: {}\n";
-
-/// The Service (namespace, app label, first port's name) the hand-written monitors select.
-struct Picked {
-    ns: String,
-    app: String,
-    port: String,
-}
-
-fn pick(sim: &Sim) -> Picked {
-    let svc = peers::cluster::app_service(sim);
-    let text = |p: &str| svc.pointer(p).and_then(Value::as_str).expect(p).to_string();
-    Picked {
-        ns: text("/metadata/namespace"),
-        app: text("/spec/selector/app"),
-        port: text("/spec/ports/0/name"),
-    }
-}
 
 fn monitor(kind: Kind, ns: &str, name: &str, spec: Value) -> Object {
     Object::Custom(
@@ -56,8 +39,8 @@ fn monitor(kind: Kind, ns: &str, name: &str, spec: Value) -> Object {
 }
 
 /// The bad monitors, and (`fixed`) the same monitors as their authors meant them.
-fn monitors(p: &Picked, fixed: bool) -> Vec<Object> {
-    let (ns, app, port) = (p.ns.as_str(), p.app.as_str(), p.port.as_str());
+fn monitors(p: &AppService, fixed: bool) -> Vec<Object> {
+    let (ns, app, port) = (p.namespace.as_str(), p.app.as_str(), p.port.as_str());
     let selector = json!({"matchLabels": {"app": app}});
     let pick = |bad: Value, good: Value| if fixed { good } else { bad };
     vec![
@@ -211,8 +194,8 @@ fn has(items: &[String], needles: &[&str]) -> bool {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_monitors_are_reported_by_name_and_never_stop_the_good_ones() {
     let sim = start_sim(loopback_spec(), 7).await;
-    let picked = pick(&sim);
-    let ns = picked.ns.clone();
+    let picked = app_service(&sim);
+    let ns = picked.namespace.clone();
     let http = reqwest::Client::new();
 
     // Before: kube-sim's own (good) monitors, every job without a problem.

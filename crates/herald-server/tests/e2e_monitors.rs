@@ -30,10 +30,8 @@ use serde_json::{Value, json};
 fn hand_written(sim: &Sim) -> Vec<Object> {
     // A Service with a selector, its namespace and labels, from kube-sim's own cluster.
     let svc = peers::cluster::app_service(sim);
-    let ns = svc["metadata"]["namespace"].as_str().expect("namespace");
-    let app = svc["spec"]["selector"]["app"].as_str().expect("app");
-    let port_name = svc["spec"]["ports"][0]["name"].as_str().expect("port name");
-    let target_port = svc["spec"]["ports"][0]["targetPort"].clone();
+    let (ns, app, port_name) = (svc.namespace.as_str(), svc.app.as_str(), svc.port.as_str());
+    let target_port = svc.target_port.clone();
     let monitor = peers::cluster::monitor;
     vec![
         monitor(

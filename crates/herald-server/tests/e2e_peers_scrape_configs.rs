@@ -78,10 +78,8 @@ fn path(p: &Path) -> String {
 /// port) and its pods.
 fn hand_written(sim: &Sim, files: &Files) -> Vec<Object> {
     let svc = peers::cluster::app_service(sim);
-    let ns = svc["metadata"]["namespace"].as_str().expect("namespace");
-    let app = svc["spec"]["selector"]["app"].as_str().expect("app");
-    let port = svc["spec"]["ports"][0]["name"].as_str().expect("port name");
-    let target_port = svc["spec"]["ports"][0]["targetPort"].clone();
+    let (ns, app, port) = (svc.namespace.as_str(), svc.app.as_str(), svc.port.as_str());
+    let target_port = svc.target_port.clone();
     let monitor = peers::cluster::monitor;
     vec![
         monitor(

@@ -324,10 +324,18 @@ pub async fn get_json(http: &reqwest::Client, url: &str) -> Value {
         .unwrap_or_else(|e| panic!("GET {url}: not JSON: {e}"))
 }
 
-/// A Service of kube-sim's cluster for hand-written monitors to select: an `app` selector and a
-/// named first port, outside kube-system.
-pub fn app_service(sim: &Sim) -> Value {
-    sim.handle()
+/// A Service of kube-sim's cluster for hand-written monitors to select (an `app` selector and a
+/// named first port, outside kube-system): its namespace, `app`, first port's name and target port.
+pub struct AppService {
+    pub namespace: String,
+    pub app: String,
+    pub port: String,
+    pub target_port: Value,
+}
+
+pub fn app_service(sim: &Sim) -> AppService {
+    let svc = sim
+        .handle()
         .objects_json(Kind::Service)
         .into_iter()
         .find(|s| {
@@ -335,7 +343,14 @@ pub fn app_service(sim: &Sim) -> Value {
                 && s.pointer("/spec/ports/0/name").is_some()
                 && s.pointer("/metadata/namespace") != Some(&serde_json::json!("kube-system"))
         })
-        .expect("kube-sim has a named-port Service with an app selector")
+        .expect("kube-sim has a named-port Service with an app selector");
+    let text = |p: &str| svc.pointer(p).and_then(Value::as_str).expect(p).to_string();
+    AppService {
+        namespace: text("/metadata/namespace"),
+        app: text("/spec/selector/app"),
+        port: text("/spec/ports/0/name"),
+        target_port: svc["spec"]["ports"][0]["targetPort"].clone(),
+    }
 }
 
 /// A `monitoring.coreos.com/v1` monitor of `kind`, labelled `team: herald-test`.
