@@ -303,6 +303,16 @@ pub enum Part {
     Mtls,
 }
 
+impl Part {
+    /// The job's other body.
+    pub fn other(self) -> Part {
+        match self {
+            Part::Plain => Part::Mtls,
+            Part::Mtls => Part::Plain,
+        }
+    }
+}
+
 /// One scrape configuration recovered from `ISTIO_PROMETHEUS_ANNOTATIONS`: the application's own
 /// `prometheus.io/scrape`, `path` and `port` (one per `targets` entry when the pod names several).
 #[derive(Debug, Clone, PartialEq, Eq, Default)]

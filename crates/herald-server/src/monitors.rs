@@ -224,11 +224,7 @@ impl Shared {
                     part,
                     salt,
                 };
-                let other_part = match part {
-                    Part::Plain => Part::Mtls,
-                    Part::Mtls => Part::Plain,
-                };
-                let other_key = (view.job.name.clone(), shard, other_part);
+                let other_key = (view.job.name.clone(), shard, part.other());
                 let prev_other = {
                     let bodies = self.monitors.bodies.lock().expect("bodies lock poisoned");
                     bodies

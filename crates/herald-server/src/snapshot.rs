@@ -143,10 +143,7 @@ impl Encoded {
         shard: Option<Shard>,
         istio: &IstioEncoding<'_>,
     ) -> (Encoded, Encoded) {
-        let other = match istio.part {
-            Part::Plain => Part::Mtls,
-            Part::Mtls => Part::Plain,
-        };
+        let other = istio.part.other();
         let mut labels = LabelSet::new();
         let mut served: Vec<Served> = Vec::new();
         // The other part's entries of each group placed while building the first body.
