@@ -114,6 +114,11 @@ pub async fn run(shared: Arc<Shared>, stop: CancellationToken) {
                 peer_authentications = policies.len(),
                 "Istio policies updated"
             );
+            shared.metrics.istio_policies.set(policies.len() as i64);
+            shared
+                .metrics
+                .istio_policy_problems
+                .set(problems.len() as i64);
             *shared
                 .istio
                 .current

@@ -1,5 +1,6 @@
 //! herald's own metrics (`/metrics`, Prometheus text format via prometheus-client): upstream watches,
-//! relists and events per kind, cache sizes, per-job targets, and what the SD face served.
+//! relists and events per kind, cache sizes, per-job targets, what the SD face served, and the
+//! monitors and PeerAuthentications herald reads.
 
 use std::sync::atomic::AtomicU64;
 
@@ -45,6 +46,12 @@ pub struct KubeRequestLabels {
 }
 
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ServedLabels {
+    /// `false`: not served at all; `true`: served without something it holds.
+    pub served: &'static str,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct VerbLabels {
     pub verb: String,
 }
@@ -74,6 +81,11 @@ pub struct Metrics {
     pub kube_admission_refused: Family<VerbLabels, Counter>,
     pub kube_auth_refused: Counter,
     pub http_auth_refused: Counter,
+    pub monitors_selected: Gauge,
+    pub monitor_jobs: Gauge,
+    pub monitor_problems: Family<ServedLabels, Gauge>,
+    pub istio_policies: Gauge,
+    pub istio_policy_problems: Gauge,
 }
 
 impl Metrics {
@@ -189,6 +201,32 @@ impl Metrics {
             "http_auth_refused",
             "Service discovery, status and metrics requests refused for a missing or wrong credential",
             self.http_auth_refused.clone(),
+        );
+        r.register(
+            "monitors_selected",
+            "ServiceMonitors and PodMonitors selected (monitors: section)",
+            self.monitors_selected.clone(),
+        );
+        r.register(
+            "monitor_jobs",
+            "Monitor jobs served (one per monitor endpoint)",
+            self.monitor_jobs.clone(),
+        );
+        r.register(
+            "monitor_problems",
+            "Monitors reported in /sd/v1: not served (served=false: what the operator would refuse, a \
+             missing scrape class or base role) or served without fields they hold (served=true)",
+            self.monitor_problems.clone(),
+        );
+        r.register(
+            "istio_policies",
+            "PeerAuthentications Istio-aware jobs place targets by",
+            self.istio_policies.clone(),
+        );
+        r.register(
+            "istio_policy_problems",
+            "PeerAuthentications left out because they could not be read (listed in /sd/v1)",
+            self.istio_policy_problems.clone(),
         );
         r
     }

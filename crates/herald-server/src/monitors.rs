@@ -657,6 +657,17 @@ pub async fn run(shared: Arc<Shared>, stop: CancellationToken) {
             jobs = views.by_name.len(),
             "monitor jobs updated"
         );
+        let m = &shared.metrics;
+        m.monitors_selected.set(views.monitors as i64);
+        m.monitor_jobs.set(views.by_name.len() as i64);
+        for (served, n) in [
+            ("false", views.problems.len()),
+            ("true", views.warnings.len()),
+        ] {
+            m.monitor_problems
+                .get_or_create(&crate::metrics::ServedLabels { served })
+                .set(n as i64);
+        }
         shared.monitors.set(views);
         if listed {
             shared.monitors.built.store(true, Ordering::Release);

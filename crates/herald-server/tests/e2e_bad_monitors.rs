@@ -21,7 +21,9 @@ use std::time::Duration;
 use herald_server::Herald;
 use kube_sim::peers as installed;
 use kube_sim::{Kind, Object, Write};
-use peers::cluster::{AppService, app_service, get_json, loopback_spec, start_herald, start_sim};
+use peers::cluster::{
+    AppService, app_service, get_json, loopback_spec, metric, start_herald, start_sim,
+};
 use serde_json::{Value, json};
 
 const JOBS: &str = "jobs: []\nmonitors: {}\n";
@@ -277,6 +279,20 @@ async fn bad_monitors_are_reported_by_name_and_never_stop_the_good_ones() {
     })
     .await;
     assert!(is_ready(&http, &herald).await, "herald stays ready");
+    // And counts them for alerting: three not served, one served without its unknown field.
+    let problem_count = |served: &'static str| {
+        let (http, herald) = (&http, &herald);
+        async move {
+            metric(
+                http,
+                herald,
+                &format!("herald_monitor_problems{{served=\"{served}\"}}"),
+            )
+            .await
+        }
+    };
+    assert_eq!(problem_count("false").await, Some(3.0));
+    assert_eq!(problem_count("true").await, Some(1.0));
 
     // The good jobs serve what they served; the served bad ones say what is wrong with them.
     let during = monitor_jobs(&http, &herald).await;
@@ -455,6 +471,12 @@ async fn bad_monitors_are_reported_by_name_and_never_stop_the_good_ones() {
     })
     .await;
     assert!(is_ready(&http, &herald).await);
+    assert_eq!(problem_count("false").await, Some(0.0));
+    assert_eq!(problem_count("true").await, Some(0.0));
+    assert_eq!(
+        metric(&http, &herald, "herald_monitor_jobs").await,
+        Some(monitor_jobs(&http, &herald).await.len() as f64)
+    );
     herald.stop().await;
     sim.shutdown().await;
 }

@@ -387,6 +387,15 @@ async fn istio_jobs_serve_the_documented_targets_and_schemes_and_prometheus_scra
         .find(|j| j["job"] == "separate/istio-mtls")
         .expect("the companion is listed");
     assert_eq!(companion["istio"]["body"], "mtls", "{companion}");
+    assert_eq!(
+        peers::cluster::metric(&http, &herald, "herald_istio_policies").await,
+        Some(5.0),
+        "the five PeerAuthentications are read"
+    );
+    assert_eq!(
+        peers::cluster::metric(&http, &herald, "herald_istio_policy_problems").await,
+        Some(0.0)
+    );
     let monitor_companion = listed
         .as_array()
         .expect("a list")

@@ -365,3 +365,21 @@ pub fn monitor(kind: Kind, ns: &str, name: &str, spec: Value) -> Object {
         }),
     )
 }
+
+/// The value of `series` (a metric name with its labels as herald writes them, e.g.
+/// `herald_monitor_problems{served="false"}`) on herald's `/metrics`; `None` when absent.
+pub async fn metric(http: &reqwest::Client, herald: &Herald, series: &str) -> Option<f64> {
+    let text = http
+        .get(format!("{}/metrics", herald.url()))
+        .send()
+        .await
+        .and_then(|r| r.error_for_status())
+        .expect("GET /metrics")
+        .text()
+        .await
+        .expect("metrics text");
+    text.lines().find_map(|l| {
+        let (name, value) = l.rsplit_once(' ')?;
+        (name == series).then(|| value.parse().expect("a number"))
+    })
+}
