@@ -16,11 +16,14 @@ use serde_json::Value;
 
 const VALIDATE_INSTALL: &str = "pip install kubernetes-validate";
 
-/// Overlay directories (relative to the workspace root) and whether they serve the kube-API face.
-const OVERLAYS: &[(&str, bool)] = &[
-    ("deploy", false),
-    ("deploy/overlays/sd-only", false),
-    ("deploy/overlays/sd-kube-api", true),
+/// Overlay directories (relative to the workspace root), whether they serve the kube-API face, and
+/// whether their ClusterRole grants exactly what their configuration reads (else at least that: the
+/// general overlays also grant what a user's added jobs may read).
+const OVERLAYS: &[(&str, bool, bool)] = &[
+    ("deploy", false, false),
+    ("deploy/overlays/sd-only", false, false),
+    ("deploy/overlays/sd-kube-api", true, false),
+    ("deploy/overlays/operator-istio", false, true),
 ];
 
 /// Kinds kube-sim serves, of those the manifests hold.
@@ -64,7 +67,42 @@ fn one<'a>(docs: &'a [Value], kind: &str) -> &'a Value {
         .unwrap_or_else(|| panic!("a {kind} is rendered"))
 }
 
-fn check_rules(overlay: &str, docs: &[Value], kube_api: bool) {
+/// The (API group, resource) pairs herald lists and watches for `cfg`, as `serve` resolves them: the
+/// jobs' kinds (monitor base jobs included), the monitors and the Prometheus object (and namespaces
+/// for its namespace selectors), PeerAuthentications for Istio-aware jobs, the kube-API face's kinds.
+fn reads(cfg: &herald_core::Config) -> std::collections::BTreeSet<(String, String)> {
+    let mut out = std::collections::BTreeSet::new();
+    let specs = herald_server::job_specs(cfg, Some("herald")).expect("job specs");
+    for kind in specs.iter().flat_map(|s| s.kinds()) {
+        let r = kind.resource();
+        out.insert((r.group, r.plural));
+    }
+    if let Some(m) = &cfg.monitors {
+        for (group, _, plural) in herald_server::monitors::resources(m) {
+            out.insert((group, plural));
+        }
+        if m.prometheus.is_some() {
+            out.insert((String::new(), "namespaces".into()));
+        }
+    }
+    if cfg.jobs.iter().any(|j| j.istio.is_some()) || cfg.monitors.as_ref().is_some_and(|m| m.istio)
+    {
+        out.insert(("security.istio.io".into(), "peerauthentications".into()));
+    }
+    if cfg.kube_api.listen.is_some() {
+        let (builtin, custom) =
+            herald_server::kube_kinds(&cfg.kube_api.kinds).expect("kube_api.kinds resolve");
+        for r in builtin {
+            out.insert((r.group, r.plural));
+        }
+        for (group, _, plural) in custom {
+            out.insert((group, plural));
+        }
+    }
+    out
+}
+
+fn check_rules(overlay: &str, docs: &[Value], kube_api: bool, exact: bool) {
     let kinds: Vec<&str> = docs.iter().filter_map(|d| d["kind"].as_str()).collect();
     for k in [
         "ServiceAccount",
@@ -106,20 +144,41 @@ fn check_rules(overlay: &str, docs: &[Value], kube_api: bool) {
             "{overlay}: {r}"
         );
     }
-    let monitors = rules
-        .iter()
-        .any(|r| r["apiGroups"] == serde_json::json!(["monitoring.coreos.com"]));
-    assert_eq!(
-        monitors, kube_api,
-        "{overlay}: monitors only with the kube-API face"
-    );
     // The job file herald will read.
     let jobs = one(docs, "ConfigMap")["data"]["jobs.yaml"]
         .as_str()
         .expect("jobs.yaml in the ConfigMap");
     let cfg = herald_core::parse_config(jobs)
         .unwrap_or_else(|e| panic!("{overlay}: herald refuses its job file: {e}"));
-    herald_server::job_specs(&cfg, Some("herald")).expect("job specs");
+    // What the ClusterRole grants covers what herald reads, exactly where the overlay says so; the
+    // monitors only where the configuration reads them.
+    let mut granted = std::collections::BTreeSet::new();
+    for r in rules {
+        for group in r["apiGroups"].as_array().expect("apiGroups") {
+            for res in r["resources"].as_array().expect("resources") {
+                granted.insert((
+                    group.as_str().expect("a group").to_string(),
+                    res.as_str().expect("a resource").to_string(),
+                ));
+            }
+        }
+    }
+    let needed = reads(&cfg);
+    let missing: Vec<_> = needed.difference(&granted).collect();
+    assert!(missing.is_empty(), "{overlay}: not granted: {missing:?}");
+    if exact {
+        let extra: Vec<_> = granted.difference(&needed).collect();
+        assert!(
+            extra.is_empty(),
+            "{overlay}: granted beyond what herald reads: {extra:?}"
+        );
+    }
+    let monitors = granted.iter().any(|(g, _)| g == "monitoring.coreos.com");
+    assert_eq!(
+        monitors,
+        needed.iter().any(|(g, _)| g == "monitoring.coreos.com"),
+        "{overlay}: monitors only where herald reads them"
+    );
     assert!(cfg.server.token_file.is_some() && cfg.server.tls_cert_file.is_some());
     assert_eq!(cfg.kube_api.listen.is_some(), kube_api, "{overlay}");
     if kube_api {
@@ -158,10 +217,10 @@ async fn every_overlay_renders_validates_and_is_accepted_by_a_server_dry_run() {
         "kubeconfig",
         &sim.kubeconfig_yaml(),
     );
-    for (i, (overlay, kube_api)) in OVERLAYS.iter().enumerate() {
+    for (i, (overlay, kube_api, exact)) in OVERLAYS.iter().enumerate() {
         let yaml = render(&kubectl, overlay);
         let docs = documents(&yaml);
-        check_rules(overlay, &docs, *kube_api);
+        check_rules(overlay, &docs, *kube_api, *exact);
 
         let rendered = dir.path().join(format!("rendered-{i}.yaml"));
         std::fs::write(&rendered, &yaml).expect("write");
