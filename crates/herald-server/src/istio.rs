@@ -133,17 +133,11 @@ pub async fn run(shared: Arc<Shared>, stop: CancellationToken) {
         if listed {
             shared.istio.built.store(true, Ordering::Release);
         }
-        let settle = if listed {
-            Duration::MAX
-        } else {
-            Duration::from_millis(100)
-        };
-        tokio::select! {
-            () = stop.cancelled() => return,
-            res = changes.changed() => if res.is_err() { return },
-            () = tokio::time::sleep(settle) => {}
+        let quiet = Duration::from_millis(100);
+        if !crate::monitors::next_change(&stop, std::slice::from_mut(&mut changes), listed, quiet)
+            .await
+        {
+            return;
         }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-        changes.borrow_and_update();
     }
 }

@@ -672,29 +672,42 @@ pub async fn run(shared: Arc<Shared>, stop: CancellationToken) {
         if listed {
             shared.monitors.built.store(true, Ordering::Release);
         }
-        // Until every monitor is listed, look again every 100 ms as well.
-        let settle = if listed {
-            Duration::MAX
-        } else {
-            Duration::from_millis(100)
-        };
-        tokio::select! {
-            () = stop.cancelled() => return,
-            () = futures_any(&mut changes) => {}
-            () = tokio::time::sleep(settle) => {}
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-        for rx in &mut changes {
-            rx.borrow_and_update();
+        if !next_change(&stop, &mut changes, listed, Duration::from_millis(200)).await {
+            return;
         }
     }
 }
 
-/// Resolves when any of `changes` signals (never, when there are none).
-async fn futures_any(changes: &mut [tokio::sync::watch::Receiver<u64>]) {
-    if changes.is_empty() {
-        return std::future::pending().await;
+/// Waits for the next change of any of `changes` — until everything is listed, 100 ms at most, so
+/// a list completing is seen too — then lets the changes that follow within `quiet` join it, and
+/// marks them all seen. `false` once `stop` is cancelled or the cache is gone.
+pub async fn next_change(
+    stop: &CancellationToken,
+    changes: &mut [tokio::sync::watch::Receiver<u64>],
+    listed: bool,
+    quiet: Duration,
+) -> bool {
+    let settle = if listed {
+        Duration::MAX
+    } else {
+        Duration::from_millis(100)
+    };
+    let any = async {
+        if changes.is_empty() {
+            return std::future::pending().await;
+        }
+        let waits = changes.iter_mut().map(|rx| Box::pin(rx.changed()));
+        futures::future::select_all(waits).await.0.is_ok()
+    };
+    tokio::select! {
+        () = stop.cancelled() => return false,
+        // A sender gone: the cache is being dropped.
+        ok = any => if !ok { return false },
+        () = tokio::time::sleep(settle) => {}
     }
-    let waits = changes.iter_mut().map(|rx| Box::pin(rx.changed()));
-    let _ = futures::future::select_all(waits).await;
+    tokio::time::sleep(quiet).await;
+    for rx in changes.iter_mut() {
+        rx.borrow_and_update();
+    }
+    !stop.is_cancelled()
 }

@@ -372,14 +372,7 @@ async fn istio_jobs_serve_the_documented_targets_and_schemes_and_prometheus_scra
     for (job, want) in expected() {
         assert_eq!(served(&http, &base, job).await, want, "job {job}");
     }
-    let listed: Value = http
-        .get(format!("{base}/sd/v1"))
-        .send()
-        .await
-        .expect("answers")
-        .json()
-        .await
-        .expect("json");
+    let listed: Value = peers::cluster::get_json(&http, &format!("{base}/sd/v1")).await;
     let companion = listed
         .as_array()
         .expect("a list")

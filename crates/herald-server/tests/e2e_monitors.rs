@@ -199,13 +199,8 @@ async fn active(vm: &mut VmAgent) -> Vec<Labels> {
 }
 
 async fn sd_jobs(http: &reqwest::Client, herald: &Herald) -> Vec<Value> {
-    http.get(format!("{}/sd/v1", herald.url()))
-        .send()
-        .await
-        .expect("herald answers")
-        .json()
-        .await
-        .expect("json")
+    let list = peers::cluster::get_json(http, &format!("{}/sd/v1", herald.url())).await;
+    serde_json::from_value(list).expect("a list")
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -254,14 +249,8 @@ async fn monitor_jobs_equal_vmagent_running_the_operator_s_generated_config_and_
         served,
         sorted.iter().map(String::as_str).collect::<Vec<_>>()
     );
-    let status: Value = http
-        .get(format!("{}/status.json", herald.url()))
-        .send()
-        .await
-        .expect("answers")
-        .json()
-        .await
-        .expect("json");
+    let status: Value =
+        peers::cluster::get_json(&http, &format!("{}/status.json", herald.url())).await;
     assert_eq!(
         status["monitors"]["jobs"],
         names.len(),
