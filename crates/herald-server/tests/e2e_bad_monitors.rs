@@ -22,7 +22,7 @@ use herald_server::Herald;
 use kube_sim::peers as installed;
 use kube_sim::{Kind, Object, Write};
 use peers::cluster::{
-    AppService, app_service, get_json, loopback_spec, metric, start_herald, start_sim,
+    AppService, app_service, get_json, get_text, loopback_spec, metric, start_herald, start_sim,
 };
 use serde_json::{Value, json};
 
@@ -112,17 +112,6 @@ fn monitors(p: &AppService, fixed: bool) -> Vec<Object> {
             }),
         ),
     ]
-}
-
-async fn get_text(http: &reqwest::Client, url: &str) -> String {
-    http.get(url)
-        .send()
-        .await
-        .and_then(|r| r.error_for_status())
-        .unwrap_or_else(|e| panic!("GET {url}: {e}"))
-        .text()
-        .await
-        .expect("text")
 }
 
 /// Every monitor job's body (`/sd/v1/<job>`) and its `/sd/v1` entry.

@@ -409,14 +409,7 @@ async fn istio_jobs_serve_the_documented_targets_and_schemes_and_prometheus_scra
     }
 
     // Real Prometheus runs herald's generated scrape configs.
-    let scrape_configs = http
-        .get(format!("{base}/scrape-configs"))
-        .send()
-        .await
-        .expect("answers")
-        .text()
-        .await
-        .expect("text");
+    let scrape_configs = peers::cluster::get_text(&http, &format!("{base}/scrape-configs")).await;
     for want in [
         "job_name: \"separate/istio-mtls\"",
         "job_name: podMonitor/mesh-a/apps/0/istio-mtls",

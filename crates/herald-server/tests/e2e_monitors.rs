@@ -424,17 +424,11 @@ async fn monitor_jobs_equal_vmagent_running_the_operator_s_generated_config_and_
 
     // /scrape-configs: one job per monitor endpoint reading herald, sharded on request, the secret
     // reference written as a comment.
-    let yaml = http
-        .get(format!(
-            "{}/scrape-configs?shard=1&shards=3&base=http://herald.monitoring:9095",
-            herald.url()
-        ))
-        .send()
-        .await
-        .expect("answers")
-        .text()
-        .await
-        .expect("text");
+    let url = format!(
+        "{}/scrape-configs?shard=1&shards=3&base=http://herald.monitoring:9095",
+        herald.url()
+    );
+    let yaml = peers::cluster::get_text(&http, &url).await;
     let parsed: serde_yaml::Value = serde_yaml::from_str(&yaml).expect("valid YAML");
     let configs = parsed["scrape_configs"]
         .as_sequence()

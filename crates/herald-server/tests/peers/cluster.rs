@@ -324,6 +324,18 @@ pub async fn get_json(http: &reqwest::Client, url: &str) -> Value {
         .unwrap_or_else(|e| panic!("GET {url}: not JSON: {e}"))
 }
 
+/// `GET url` as text; panics naming the URL on an error status.
+pub async fn get_text(http: &reqwest::Client, url: &str) -> String {
+    http.get(url)
+        .send()
+        .await
+        .and_then(|r| r.error_for_status())
+        .unwrap_or_else(|e| panic!("GET {url}: {e}"))
+        .text()
+        .await
+        .unwrap_or_else(|e| panic!("GET {url}: {e}"))
+}
+
 /// A Service of kube-sim's cluster for hand-written monitors to select (an `app` selector and a
 /// named first port, outside kube-system): its namespace, `app`, first port's name and target port.
 pub struct AppService {
