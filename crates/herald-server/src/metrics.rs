@@ -144,7 +144,7 @@ impl Metrics {
         );
         r.register(
             "job_targets",
-            "Targets each job currently serves",
+            "Targets discovered for each job, before its relabeling (an Istio-aware companion job: its source job's; /sd/v1 lists served_targets)",
             self.job_targets.clone(),
         );
         r.register(

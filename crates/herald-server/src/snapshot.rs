@@ -360,6 +360,15 @@ impl EncodedCache {
         }
     }
 
+    /// The body of `job`/`shard` at `generation` if one is built (never builds, never waits).
+    pub fn built(&self, job: usize, shard: Option<Shard>, generation: u64) -> Option<Arc<Encoded>> {
+        let slots = self.slots.lock().expect("encoded cache lock poisoned");
+        match slots.get(&(job, shard)) {
+            Some((g, slot)) if *g == generation => slot.get().cloned(),
+            _ => None,
+        }
+    }
+
     /// The body of `job`/`shard` at `generation`, built by `build` if this is the first request for
     /// it; `build` is handed the body of the generation before, when one was built, to copy from.
     /// Concurrent first requests wait for one build instead of each encoding.

@@ -571,6 +571,15 @@ impl Shared {
         )
     }
 
+    /// The targets job `j` serves at its published generation, where they are not its discovered
+    /// targets (a job with relabeling or Istio placement): those of its whole body, once a request
+    /// has built it at this generation (bodies are built on request); `None` before.
+    pub fn served_targets(&self, j: usize) -> Option<usize> {
+        let job = &self.jobs[j];
+        let generation = *job.generation_tx.borrow();
+        self.bodies.built(j, None, generation).map(|b| b.targets)
+    }
+
     /// Objects cached per served resource (by plural name).
     pub fn object_counts(&self) -> BTreeMap<String, usize> {
         self.cache

@@ -87,6 +87,32 @@ async fn the_job_list_shows_targets_generation_and_staleness() {
 }
 
 #[tokio::test]
+async fn the_job_list_shows_what_a_relabeled_job_serves_once_its_body_is_built() {
+    let shared = mk_shared(
+        "jobs:\n- name: pods\n  role: pod\n- name: kept\n  role: pod\n  relabel_configs:\n  \
+         - {source_labels: [__meta_kubernetes_pod_name], regex: 'p0|p1', action: keep}\n",
+    );
+    shared.reset(WatchKind::Pod, mk_pods(4), vec![]);
+    sync_all(&shared);
+    let list = |shared| async move { body_json(get(shared, "/sd/v1", &[]).await).await };
+    let jobs = list(&shared).await;
+    assert_eq!(jobs[0]["job"], "pods");
+    assert!(jobs[0].get("served_targets").is_none(), "{}", jobs[0]);
+    assert_eq!(jobs[1]["job"], "kept");
+    assert_eq!(jobs[1]["targets"], 4, "discovered");
+    assert!(jobs[1]["served_targets"].is_null(), "no body built yet");
+
+    assert_status(&get(&shared, "/sd/v1/kept", &[]).await, StatusCode::OK);
+    assert_eq!(list(&shared).await[1]["served_targets"], 2);
+
+    // A new generation: its body is not built yet, so the old count is not shown as current.
+    shared.reset(WatchKind::Pod, mk_pods(3), vec![]);
+    assert!(list(&shared).await[1]["served_targets"].is_null());
+    assert_status(&get(&shared, "/sd/v1/kept", &[]).await, StatusCode::OK);
+    assert_eq!(list(&shared).await[1]["served_targets"], 2);
+}
+
+#[tokio::test]
 async fn metrics_report_targets_objects_and_requests_by_code() {
     let shared = mk_pod_job(3);
     get(&shared, "/sd/v1/pods", &[]).await;

@@ -50,6 +50,11 @@ fn job_list(shared: &Shared) -> serde_json::Value {
                 "synced": shared.job_synced(j),
                 "stale": shared.job_stale(j),
             });
+            if h.relabel.is_some() || h.istio.is_some() {
+                // `targets` counts what discovery found; relabeling and Istio placement decide
+                // what is served (null until a whole body is built at this generation).
+                entry["served_targets"] = shared.served_targets(j).into();
+            }
             if let Some((istio, part)) = &h.istio {
                 entry["istio"] = serde_json::json!({
                     "mode": format!("{:?}", istio.mode).to_lowercase(),
