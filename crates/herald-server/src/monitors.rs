@@ -195,6 +195,23 @@ impl MonitorState {
 }
 
 impl Shared {
+    /// The targets of body `part` of monitor job `view` (whole, not a shard) at its base job's
+    /// published generation, once a request has built it; `None` before (never builds).
+    pub fn view_served_targets(&self, view: &Arc<View>, part: Part) -> Option<usize> {
+        let salt = view
+            .istio
+            .as_ref()
+            .map_or(0, |_| self.istio.current().generation);
+        let generation = self.generation(view.base);
+        let bodies = self.monitors.bodies.lock().expect("bodies lock poisoned");
+        match bodies.get(&(view.job.name.clone(), None, part)) {
+            Some((v, g, body)) if Arc::ptr_eq(v, view) && *g == (generation, salt) => {
+                Some(body.targets)
+            }
+            _ => None,
+        }
+    }
+
     /// The body `part` of monitor job `view` (one shard of it) at its base job's published
     /// generation (and, for a view placing targets by Istio, under the current policies).
     pub fn view_encoded(&self, view: &Arc<View>, shard: Option<Shard>, part: Part) -> Arc<Encoded> {

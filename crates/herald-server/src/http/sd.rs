@@ -16,6 +16,8 @@ use tokio::time::Instant;
 
 use super::ApiError;
 use super::query::SdQuery;
+use herald_core::istio::Part;
+
 use crate::metrics::{CodeLabels, EncodingLabels};
 use crate::snapshot::{Encoded, Shard};
 use crate::state::Shared;
@@ -81,6 +83,7 @@ fn job_list(shared: &Shared) -> serde_json::Value {
             "stale": shared.job_stale(v.base),
             "unsupported": v.job.unsupported,
             "warnings": shared.view_warnings(v),
+            "served_targets": shared.view_served_targets(v, Part::Plain),
         });
         let Some(companion) = v.companion() else {
             jobs.push(entry);
@@ -91,6 +94,7 @@ fn job_list(shared: &Shared) -> serde_json::Value {
         mtls["job"] = companion.clone().into();
         mtls["url"] = format!("/sd/v1/{companion}").into();
         mtls["istio"]["body"] = "mtls".into();
+        mtls["served_targets"] = shared.view_served_targets(v, Part::Mtls).into();
         jobs.push(entry);
         jobs.push(mtls);
     }
