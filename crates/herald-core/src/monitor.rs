@@ -14,9 +14,9 @@
 //! classes included. Not modelled (see [`MonitorJob::unsupported`] for what is reported per
 //! monitor): the operator's DaemonSet mode, topology sharding and retention-aware sharding,
 //! `enforcedNamespaceLabel` exclusions, the Prometheus version gates (a recent Prometheus 3 is
-//! assumed, with EndpointSlice support), `selectorMechanism: RoleSelector` (selection is always done
-//! by relabeling, which keeps the same targets when Endpoints/EndpointSlices carry their Service's
-//! labels), native histogram settings, and anything read from Secrets or ConfigMaps.
+//! assumed, with EndpointSlice support), the `service` role selector of `selectorMechanism:
+//! RoleSelector` (see [`RoleSelectors`]), native histogram settings, and anything read from Secrets
+//! or ConfigMaps.
 //!
 //! A monitor is also read against the operator's CRD schema (`crd`): a value the schema refuses is
 //! an error, as the apiserver would refuse the object; a field it does not have is a warning of the
@@ -144,6 +144,83 @@ pub struct MonitorJob {
     /// The keep rule the endpoint's port adds, if any: a port that matches no port of the objects
     /// the monitor selects is a silent empty job, which herald reports (herald-server).
     pub port_rule: Option<PortRule>,
+    /// With `selectorMechanism: RoleSelector`, the kubernetes_sd `selectors` the operator writes
+    /// instead of its selector rules.
+    pub role_selectors: Option<RoleSelectors>,
+}
+
+/// The kubernetes_sd `selectors` of a monitor with `selectorMechanism: RoleSelector`
+/// (`withK8SRoleSelectorConfig`): the monitor's selector given to Prometheus's list+watch of each
+/// role. herald holds one list+watch per kind for every job, so it keeps what the selector would
+/// have listed by the labels of the discovered object itself (the pod, the Endpoints, the
+/// EndpointSlice): the first [`RoleSelectors::rules`] rules of [`MonitorJob::relabel_configs`],
+/// keep/drop rules on `__meta_kubernetes_<role>_label[present]_*`, ahead of the operator's own.
+///
+/// NB: the `service` role's selector only decides, in Prometheus, whether a target gets its
+/// Service's labels. herald does not model that: a Service that fails the selector while its
+/// Endpoints (or EndpointSlice) pass it still gives its labels. The Kubernetes controllers copy a
+/// Service's labels onto its Endpoints and EndpointSlices, so this differs only for a selector on a
+/// label the Service lacks (`kubernetes.io/service-name` on EndpointSlices).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RoleSelectors {
+    /// The roles, in the operator's order: `pod`; or the ServiceMonitor's role, then `service`.
+    pub roles: Vec<&'static str>,
+    /// The selector as a Kubernetes label selector string (`labels.Selector.String()`).
+    pub label: String,
+    /// How many leading rules of [`MonitorJob::relabel_configs`] apply it.
+    pub rules: usize,
+}
+
+impl RoleSelectors {
+    /// With `selectorMechanism: RoleSelector`, the selectors for `roles`, their rules pushed to `r`
+    /// (first: on `object`'s own labels); `None` otherwise.
+    fn apply(
+        r: &mut Rules<'_>,
+        mechanism: Option<&str>,
+        selector: &LabelSelector,
+        object: &'static str,
+        roles: Vec<&'static str>,
+    ) -> Result<Option<RoleSelectors>, MonitorError> {
+        if mechanism != Some("RoleSelector") {
+            return Ok(None);
+        }
+        r.selector(selector, object, "spec.selector")?;
+        Ok(Some(RoleSelectors {
+            roles,
+            label: label_selector_string(selector),
+            rules: r.rules.len(),
+        }))
+    }
+}
+
+/// A label selector as apimachinery's `labels.Selector.String()` writes it after
+/// `LabelSelectorAsSelector`: requirements sorted by key (matchLabels first where keys tie),
+/// `k=v`, `k in (a,b)`, `k notin (a,b)` (values sorted), `k`, `!k`, comma-separated.
+pub fn label_selector_string(sel: &LabelSelector) -> String {
+    let mut reqs: Vec<(&str, String)> = sel
+        .match_labels
+        .iter()
+        .map(|(k, v)| (k.as_str(), format!("{k}={v}")))
+        .collect();
+    for e in &sel.match_expressions {
+        let mut values = e.values.clone();
+        values.sort();
+        let k = &e.key;
+        let req = match e.operator.as_str() {
+            "In" => format!("{k} in ({})", values.join(",")),
+            "NotIn" => format!("{k} notin ({})", values.join(",")),
+            "Exists" => k.clone(),
+            "DoesNotExist" => format!("!{k}"),
+            other => format!("{k} {other} ({})", values.join(",")),
+        };
+        reqs.push((k.as_str(), req));
+    }
+    // Stable, as Go's sort is for so few requirements (an insertion sort).
+    reqs.sort_by_key(|(k, _)| *k);
+    reqs.into_iter()
+        .map(|(_, r)| r)
+        .collect::<Vec<_>>()
+        .join(",")
 }
 
 /// The keep rule of an endpoint's `port`, `targetPort` or `portNumber`.
@@ -365,8 +442,18 @@ impl ServiceMonitor {
             rules: Vec::new(),
             err,
         };
+        let object = if slice { "endpointslice" } else { "endpoints" };
+        let role_selectors = RoleSelectors::apply(
+            &mut r,
+            spec.common.selector_mechanism.as_deref(),
+            &spec.common.selector,
+            object,
+            vec![object, "service"],
+        )?;
         r.init();
-        r.selector(&spec.common.selector, "service", "spec.selector")?;
+        if role_selectors.is_none() {
+            r.selector(&spec.common.selector, "service", "spec.selector")?;
+        }
 
         // The endpoint's port.
         let mut port_rule = None;
@@ -493,6 +580,7 @@ impl ServiceMonitor {
             unsupported,
             warnings: Vec::new(),
             port_rule,
+            role_selectors,
         })
     }
 }
@@ -550,11 +638,20 @@ impl PodMonitor {
             rules: Vec::new(),
             err,
         };
+        let role_selectors = RoleSelectors::apply(
+            &mut r,
+            spec.common.selector_mechanism.as_deref(),
+            &spec.common.selector,
+            "pod",
+            vec!["pod"],
+        )?;
         r.init();
         if ep.common.filter_running.unwrap_or(true) {
             r.running_filter();
         }
-        r.selector(&spec.common.selector, "pod", "spec.selector")?;
+        if role_selectors.is_none() {
+            r.selector(&spec.common.selector, "pod", "spec.selector")?;
+        }
 
         let port = ep.port.as_deref().filter(|p| !p.is_empty());
         let mut port_rule = None;
@@ -630,6 +727,7 @@ impl PodMonitor {
             unsupported,
             warnings: Vec::new(),
             port_rule,
+            role_selectors,
         })
     }
 }

@@ -26,7 +26,8 @@ use serde_json::{Value, json};
 
 /// Hand-written monitors: targetPort by number, namespaceSelector matchNames and any, targetLabels,
 /// podTargetLabels, jobLabel, the monitor's own relabelings, a secret reference (reported, not
-/// served silently), a ServiceMonitor with its own `serviceDiscoveryRole`, a PodMonitor by port name.
+/// served silently), a ServiceMonitor with its own `serviceDiscoveryRole`, a PodMonitor by port name,
+/// and `selectorMechanism: RoleSelector` on each role.
 fn hand_written(sim: &Sim) -> Vec<Object> {
     // A Service with a selector, its namespace and labels, from kube-sim's own cluster.
     let svc = peers::cluster::app_service(sim);
@@ -73,6 +74,67 @@ fn hand_written(sim: &Sim) -> Vec<Object> {
                 "targetLabels": ["app"],
                 "endpoints": [{"port": port_name, "relabelings": [
                     {"sourceLabels": ["__meta_kubernetes_endpointslice_name"], "targetLabel": "slice"},
+                ]}],
+            }),
+        ),
+        // selectorMechanism RoleSelector: the selector goes to the discovery's list+watch, which
+        // vmagent sends to kube-sim as a labelSelector; herald keeps by the objects' own labels.
+        monitor(
+            Kind::ServiceMonitor,
+            ns,
+            "hand-role-selector",
+            json!({
+                "selectorMechanism": "RoleSelector",
+                "selector": {"matchLabels": {"app": app}},
+                "targetLabels": ["app"],
+                "endpoints": [{"port": port_name, "relabelings": [
+                    {"targetLabel": "selected_by", "replacement": "endpoints"},
+                ]}],
+            }),
+        ),
+        monitor(
+            Kind::ServiceMonitor,
+            ns,
+            "hand-role-selector-slices",
+            json!({
+                "selectorMechanism": "RoleSelector",
+                "serviceDiscoveryRole": "EndpointSlice",
+                "selector": {"matchExpressions": [
+                    {"key": "app", "operator": "In", "values": [app, "no-such-app"]},
+                    {"key": "no-such-label", "operator": "DoesNotExist"},
+                ]},
+                "endpoints": [{"port": port_name, "relabelings": [
+                    {"targetLabel": "selected_by", "replacement": "endpointslice"},
+                ]}],
+            }),
+        ),
+        // Its Service lacks the managed-by label and would match; its EndpointSlices carry it, so
+        // the role selector lists none of them: no targets (selection by the Service's labels
+        // would keep them all).
+        monitor(
+            Kind::ServiceMonitor,
+            ns,
+            "hand-role-selector-managed",
+            json!({
+                "selectorMechanism": "RoleSelector",
+                "serviceDiscoveryRole": "EndpointSlice",
+                "selector": {"matchLabels": {"app": app}, "matchExpressions": [
+                    {"key": "endpointslice.kubernetes.io/managed-by", "operator": "DoesNotExist"},
+                ]},
+                "endpoints": [{"port": port_name, "relabelings": [
+                    {"targetLabel": "selected_by", "replacement": "unmanaged endpointslice"},
+                ]}],
+            }),
+        ),
+        monitor(
+            Kind::PodMonitor,
+            ns,
+            "hand-role-selector-pods",
+            json!({
+                "selectorMechanism": "RoleSelector",
+                "selector": {"matchLabels": {"app": app}},
+                "podMetricsEndpoints": [{"port": port_name, "relabelings": [
+                    {"targetLabel": "selected_by", "replacement": "pod"},
                 ]}],
             }),
         ),
@@ -156,6 +218,18 @@ fn direct_job(j: &MonitorJob, api: &str) -> String {
         );
         sd.insert("namespaces".into(), Y::Mapping(names));
     }
+    // With RoleSelector, the operator's selectors; herald's rules applying them are not written.
+    let mut rules = &j.relabel_configs[..];
+    if let Some(rs) = &j.role_selectors {
+        let selectors = rs.roles.iter().map(|role| {
+            let mut s = Mapping::new();
+            s.insert("role".into(), (*role).into());
+            s.insert("label".into(), rs.label.as_str().into());
+            Y::Mapping(s)
+        });
+        sd.insert("selectors".into(), Y::Sequence(selectors.collect()));
+        rules = &rules[rs.rules..];
+    }
     let mut job = Mapping::new();
     job.insert("job_name".into(), j.name.as_str().into());
     job.insert("honor_labels".into(), j.scrape.honor_labels.into());
@@ -165,7 +239,7 @@ fn direct_job(j: &MonitorJob, api: &str) -> String {
     );
     job.insert(
         "relabel_configs".into(),
-        Y::Sequence(j.relabel_configs.iter().map(|r| r.to_yaml()).collect()),
+        Y::Sequence(rules.iter().map(|r| r.to_yaml()).collect()),
     );
     serde_yaml::to_string(&Y::Sequence(vec![Y::Mapping(job)])).expect("YAML")
 }
@@ -309,6 +383,21 @@ async fn monitor_jobs_equal_vmagent_running_the_operator_s_generated_config_and_
         last = Some(d);
         tokio::time::sleep(Duration::from_secs(1)).await;
     };
+    // The RoleSelector monitors have targets, each role's selector listing what it selects.
+    for role in ["endpoints", "endpointslice", "pod"] {
+        assert!(
+            agreed
+                .iter()
+                .any(|l| l.get("selected_by").map(String::as_str) == Some(role)),
+            "the RoleSelector monitor on {role} has active targets"
+        );
+    }
+    assert!(
+        !agreed
+            .iter()
+            .any(|l| l.get("selected_by").map(String::as_str) == Some("unmanaged endpointslice")),
+        "no EndpointSlice lacks the managed-by label"
+    );
     // The hand-written monitor's labels really came from the monitor: targetLabels, podTargetLabels,
     // its relabeling, the endpoint.
     // Only that endpoint's relabeling sets `node`.

@@ -256,12 +256,6 @@ pub(super) fn common_scrape(
             ));
         }
     }
-    if spec.selector_mechanism.as_deref() == Some("RoleSelector") {
-        unsupported.push(
-            "spec.selectorMechanism: RoleSelector (the selector is applied by relabeling instead)"
-                .into(),
-        );
-    }
     // The class's metricRelabelings first, then the endpoint's (validated with the class).
     let mut metric_relabel_configs: Vec<Yaml> = class
         .iter()

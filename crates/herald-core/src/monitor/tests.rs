@@ -92,8 +92,27 @@ fn assert_golden(job: &MonitorJob, file: &str) {
     let sd = &cfg["kubernetes_sd_configs"][0];
     assert_eq!(sd["role"].as_str(), Some(job.role.as_str()), "{file}: role");
     assert_namespaces(job, sd, file);
+    // With RoleSelector the operator's selectors are kubernetes_sd `selectors`, which herald
+    // applies as the leading rules (tested apart); the operator's own rules follow them.
+    let selectors: Vec<(String, String)> = match sd.get("selectors") {
+        Some(Yaml::Sequence(s)) => s
+            .iter()
+            .map(|e| {
+                let field = |k: &str| e[k].as_str().expect("a string").to_owned();
+                (field("role"), field("label"))
+            })
+            .collect(),
+        _ => Vec::new(),
+    };
+    let ours: Vec<(String, String)> = job
+        .role_selectors
+        .iter()
+        .flat_map(|rs| rs.roles.iter().map(|r| (r.to_string(), rs.label.clone())))
+        .collect();
+    assert_eq!(ours, selectors, "{file}: kubernetes_sd selectors");
+    let own = job.role_selectors.as_ref().map_or(0, |rs| rs.rules);
     assert_eq!(
-        job.relabel_configs,
+        job.relabel_configs[own..],
         golden_rules(&cfg, "relabel_configs"),
         "{file}: relabel_configs"
     );
@@ -318,6 +337,210 @@ fn golden_service_discovery_roles() {
         };
         assert_golden(&one_sm(&sm("default", "test", spec), &ctx), file);
     }
+}
+
+#[test]
+fn golden_role_selectors() {
+    // TestServiceMonitorSelectors and TestPodMonitorSelectors: selectorMechanism RoleSelector.
+    let match_labels = json!({"matchLabels": {"group": "group1"}});
+    let match_expression =
+        json!({"matchExpressions": [{"key": "group", "operator": "In", "values": ["group1"]}]});
+    let both = json!({
+        "matchLabels": {"group": "group1"},
+        "matchExpressions": [{"key": "group", "operator": "In", "values": ["group2"]}],
+    });
+    let service_cases = [
+        (
+            Role::Endpoints,
+            &match_labels,
+            "ServiceMonitorObjectWithMatchLabelSelector.golden",
+        ),
+        (
+            Role::Endpoints,
+            &match_expression,
+            "ServiceMonitorObjectWithMatchExpressionSelector.golden",
+        ),
+        (
+            Role::EndpointSlice,
+            &match_labels,
+            "ServiceMonitorObjectWithEndpointSliceSelectorAndMatchLabelSelector.golden",
+        ),
+        (
+            Role::EndpointSlice,
+            &both,
+            "ServiceMonitorObjectWithSelectorAndMatchExpressionSelector.golden",
+        ),
+    ];
+    for (role, selector, file) in service_cases {
+        let spec = json!({
+            "selectorMechanism": "RoleSelector",
+            "selector": selector,
+            "endpoints": [{"port": "web", "interval": "30s"}],
+        });
+        let ctx = MonitorContext {
+            service_discovery_role: role,
+            ..op_ctx()
+        };
+        let job = one_sm(&sm("default", "defaultServiceMonitor", spec), &ctx);
+        assert!(job.unsupported.is_empty(), "{file}: {:?}", job.unsupported);
+        assert_golden(&job, file);
+    }
+    let mut with_dne = both.clone();
+    with_dne["matchExpressions"]
+        .as_array_mut()
+        .expect("a list")
+        .push(json!({"key": "groupb", "operator": "DoesNotExist"}));
+    let pod_cases = [
+        (
+            &match_labels,
+            "PodMonitorObjectWithMatchLabelSelector.golden",
+        ),
+        (
+            &match_expression,
+            "PodMonitorObjectWithMatchExpressionSelector.golden",
+        ),
+        (
+            &match_labels,
+            "PodMonitorObjectWithEndpointSliceSelectorAndMatchLabelSelector.golden",
+        ),
+        (
+            &with_dne,
+            "PodMonitorObjectWithSelectorAndMatchExpressionSelector.golden",
+        ),
+    ];
+    for (selector, file) in pod_cases {
+        let spec = json!({
+            "selectorMechanism": "RoleSelector",
+            "selector": selector,
+            "podMetricsEndpoints": [{"port": "web", "interval": "30s"}],
+        });
+        let job = one_pm(&pm("default", "defaultPodMonitor", spec), &op_ctx());
+        assert!(job.unsupported.is_empty(), "{file}: {:?}", job.unsupported);
+        assert_golden(&job, file);
+    }
+}
+
+#[test]
+fn role_selectors_keep_what_the_selector_would_list_by_the_objects_own_labels() {
+    // Prometheus lists only the Endpoints/EndpointSlices/pods the selector matches; herald keeps
+    // the targets of those objects, by their own labels (not their Service's).
+    let selector = json!({
+        "matchLabels": {"app.kubernetes.io/name": "api"},
+        "matchExpressions": [
+            {"key": "tier", "operator": "NotIn", "values": ["canary"]},
+            {"key": "metrics", "operator": "Exists"},
+        ],
+    });
+    let cases = [
+        (Role::Endpoints, "endpoints"),
+        (Role::EndpointSlice, "endpointslice"),
+    ];
+    for (role, object) in cases {
+        let spec = json!({
+            "selectorMechanism": "RoleSelector",
+            "selector": selector,
+            "endpoints": [{"port": "web"}],
+        });
+        let ctx = MonitorContext {
+            service_discovery_role: role,
+            ..MonitorContext::default()
+        };
+        let job = one_sm(&sm("default", "api", spec), &ctx);
+        let target = |object_labels: &[(&str, &str)], service_labels: &[(&str, &str)]| {
+            let mut t = ls! {
+                "__address__": "127.16.0.1:8080",
+                "job": "serviceMonitor/default/api/0",
+                "__meta_kubernetes_namespace": "default",
+                "__meta_kubernetes_service_name": "api",
+            };
+            let port_name = if object == "endpoints" {
+                "__meta_kubernetes_endpoint_port_name"
+            } else {
+                "__meta_kubernetes_endpointslice_port_name"
+            };
+            t.insert(port_name.into(), "web".into());
+            for (k, v) in object_labels {
+                let k = sanitize_label_name(k);
+                t.insert(
+                    format!("__meta_kubernetes_{object}_label_{k}"),
+                    v.to_string(),
+                );
+                t.insert(
+                    format!("__meta_kubernetes_{object}_labelpresent_{k}"),
+                    "true".into(),
+                );
+            }
+            for (k, v) in service_labels {
+                let k = sanitize_label_name(k);
+                t.insert(
+                    format!("__meta_kubernetes_service_label_{k}"),
+                    v.to_string(),
+                );
+                t.insert(
+                    format!("__meta_kubernetes_service_labelpresent_{k}"),
+                    "true".into(),
+                );
+            }
+            crate::relabel::process(&mut t, &job.relabel_configs)
+        };
+        let matching = [("app.kubernetes.io/name", "api"), ("metrics", "on")];
+        assert!(target(&matching, &[]), "{object}: its own labels match");
+        assert!(
+            !target(&[], &matching),
+            "{object}: its Service's labels alone are not what Prometheus lists by"
+        );
+        assert!(
+            !target(&[("app.kubernetes.io/name", "api")], &[]),
+            "{object}: Exists"
+        );
+        let canary = [matching[0], matching[1], ("tier", "canary")];
+        assert!(!target(&canary, &[]), "{object}: NotIn");
+        let stable = [matching[0], matching[1], ("tier", "stable")];
+        assert!(target(&stable, &[]), "{object}: NotIn, another value");
+        let rs = job.role_selectors.as_ref().expect("role selectors");
+        assert_eq!(rs.roles, [object, "service"]);
+        assert_eq!(
+            rs.label,
+            "app.kubernetes.io/name=api,metrics,tier notin (canary)"
+        );
+    }
+}
+
+#[test]
+fn without_role_selector_the_operator_selects_on_the_services_labels() {
+    let spec = json!({
+        "selector": {"matchLabels": {"app": "api"}},
+        "endpoints": [{"port": "web"}],
+    });
+    let job = one_sm(&sm("default", "api", spec), &MonitorContext::default());
+    assert_eq!(job.role_selectors, None);
+    assert_eq!(
+        job.relabel_configs[1]
+            .source_labels
+            .clone()
+            .expect("sources"),
+        [
+            "__meta_kubernetes_service_label_app",
+            "__meta_kubernetes_service_labelpresent_app"
+        ]
+    );
+}
+
+#[test]
+fn label_selector_strings_are_apimachinerys() {
+    let sel = |v: Value| -> LabelSelector { serde_json::from_value(v).expect("a selector") };
+    assert_eq!(label_selector_string(&LabelSelector::default()), "");
+    assert_eq!(
+        label_selector_string(&sel(json!({
+            "matchLabels": {"b": "2", "a": "1"},
+            "matchExpressions": [
+                {"key": "c", "operator": "In", "values": ["z", "y"]},
+                {"key": "a", "operator": "DoesNotExist"},
+                {"key": "b", "operator": "NotIn", "values": ["x"]},
+            ],
+        }))),
+        "a=1,!a,b=2,b notin (x),c in (y,z)"
+    );
 }
 
 #[test]
