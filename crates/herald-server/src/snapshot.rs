@@ -346,10 +346,10 @@ impl EncodedCache {
     pub fn offer(&self, job: usize, shard: Option<Shard>, generation: u64, body: Arc<Encoded>) {
         let mut slots = self.slots.lock().expect("encoded cache lock poisoned");
         match slots.get(&(job, shard)) {
-            Some((g, slot)) if *g == generation => {
-                let _ = slot.set(body);
-            }
-            Some((g, _)) if *g > generation => {}
+            // NB: never `OnceLock::set` a slot of this generation: `set` waits for a build under
+            // way, and that build (the sibling's request, at once) may be waiting to offer this
+            // thread's job its body: a deadlock, with the map lock held. It finishes by itself.
+            Some((g, _)) if *g >= generation => {}
             _ => {
                 if slots.len() >= MAX_ENTRIES {
                     slots.clear();
@@ -668,5 +668,35 @@ mod tests {
             Encoded::build(2, &groups, None)
         });
         assert_eq!(builds, 2);
+    }
+
+    /// As `Shared::encoded` does for an Istio-aware job (0) and its companion (1) asked for at the
+    /// same generation at once: each build offers the other its body while the other's is under way.
+    #[test]
+    fn a_job_and_its_companion_built_at_once_both_answer() {
+        use std::sync::Barrier;
+        use std::time::Duration;
+
+        let cache = Arc::new(EncodedCache::default());
+        let barrier = Arc::new(Barrier::new(2));
+        let (tx, rx) = std::sync::mpsc::channel();
+        for (own, sibling) in [(0usize, 1usize), (1, 0)] {
+            let (cache, barrier, tx) = (cache.clone(), barrier.clone(), tx.clone());
+            std::thread::spawn(move || {
+                let body = cache.get_or_build(own, None, 1, |_| {
+                    barrier.wait(); // both builds under way
+                    cache.offer(sibling, None, 1, Arc::new(Encoded::build(1, &[], None)));
+                    Encoded::build(1, &[], None)
+                });
+                tx.send(body.generation).expect("the test waits");
+            });
+        }
+        for _ in 0..2 {
+            let answered = rx.recv_timeout(Duration::from_secs(10));
+            assert_eq!(answered, Ok(1), "both requests are answered (no deadlock)");
+        }
+        // A later generation offered by a sibling is kept for its first request.
+        cache.offer(0, None, 2, Arc::new(Encoded::build(2, &[], None)));
+        assert_eq!(cache.built(0, None, 2).map(|b| b.generation), Some(2));
     }
 }
