@@ -133,6 +133,13 @@ pub struct MonitorsConfig {
     /// https with the certificates of the top-level `istio:` section.
     #[serde(default)]
     pub istio: bool,
+    /// Attach node metadata (`__meta_kubernetes_node_*`) in the base jobs, so monitors with
+    /// `attachMetadata: {node: true}` (their own or their scrape class's) get their node's labels, as
+    /// Prometheus's `attach_metadata` gives them. It costs a watch of Nodes and their labels on every
+    /// target; monitors that do not ask for it never see them. Off: such monitors are served without
+    /// node labels and warned about.
+    #[serde(default)]
+    pub attach_node_metadata: bool,
 }
 
 fn yes() -> bool {

@@ -75,6 +75,11 @@ pub struct MonitorContext {
     pub scrape_interval: String,
     /// `scrapeClasses` of the Prometheus resource (see [`scrape_classes`]).
     pub scrape_classes: Vec<ScrapeClass>,
+    /// herald's discovery attaches node metadata to every target (`monitors.attach_node_metadata`):
+    /// a job whose monitor does not ask for it drops `__meta_kubernetes_node_*` before its scrape
+    /// class's and its own relabelings (the operator's rules never read them), as Prometheus would
+    /// not have them.
+    pub node_metadata_attached: bool,
 }
 
 impl MonitorContext {
@@ -107,6 +112,7 @@ impl Default for MonitorContext {
             sharding: None,
             scrape_interval: DEFAULT_SCRAPE_INTERVAL.to_owned(),
             scrape_classes: Vec::new(),
+            node_metadata_attached: false,
         }
     }
 }
@@ -561,6 +567,7 @@ impl ServiceMonitor {
             r.copy_if_set(&format!("__meta_kubernetes_service_label_{l}"), "job");
         }
         endpoint_label(&mut r, Some(&ep.port), ep.common.target_port.as_ref());
+        r.unasked_node_metadata(ctx, attach(&spec.common, class));
         r.class(class);
         r.user(
             &ep.common.relabelings,
@@ -708,6 +715,7 @@ impl PodMonitor {
             r.copy_if_set(&format!("__meta_kubernetes_pod_label_{l}"), "job");
         }
         endpoint_label(&mut r, port, ep.common.target_port.as_ref());
+        r.unasked_node_metadata(ctx, attach(&spec.common, class));
         r.class(class);
         r.user(
             &ep.common.relabelings,

@@ -54,12 +54,18 @@ pub fn base_roles(cfg: &MonitorsConfig) -> Vec<Role> {
     roles
 }
 
-/// The base jobs: every object of each role, in every namespace, no attached metadata.
+/// The base jobs: every object of each role, in every namespace; node metadata attached with
+/// `monitors.attach_node_metadata`, none otherwise.
 pub fn base_specs(cfg: &MonitorsConfig) -> Result<Vec<JobSpec>, FilterError> {
     let mut yaml = String::from("jobs:\n");
+    let attach = if cfg.attach_node_metadata {
+        ", attach_metadata: {node: true}"
+    } else {
+        ""
+    };
     for role in base_roles(cfg) {
         yaml.push_str(&format!(
-            "- {{name: {}, role: {}}}\n",
+            "- {{name: {}, role: {}{attach}}}\n",
             base_name(role),
             role.as_str()
         ));
@@ -384,6 +390,7 @@ fn configured(cfg: &MonitorsConfig) -> Selecting {
             ignore_namespace_selectors: cfg.ignore_namespace_selectors,
             service_discovery_role: cfg.service_role(),
             scrape_classes: cfg.scrape_classes(),
+            node_metadata_attached: cfg.attach_node_metadata,
             ..MonitorContext::default()
         },
     }
@@ -468,6 +475,7 @@ fn read_prometheus(
                 .unwrap_or(monitor::DEFAULT_SCRAPE_INTERVAL)
                 .to_string(),
             scrape_classes,
+            node_metadata_attached: cfg.attach_node_metadata,
             ..MonitorContext::default()
         },
     })
@@ -591,7 +599,13 @@ pub fn build_views(shared: &Shared, cfg: &MonitorsConfig) -> Views {
             for w in monitor::unknown_fields(&obj, kind) {
                 views.warnings.push(format!("{kind} {ns}/{name}: {w}"));
             }
-            for job in jobs {
+            for mut job in jobs {
+                if job.attach_metadata.is_some_and(|a| a.node) && !cfg.attach_node_metadata {
+                    let w = "attachMetadata.node: true (the monitor's or its scrape class's): \
+                             served without node labels; set monitors.attach_node_metadata: true";
+                    job.warnings.push(w.to_owned());
+                    views.warnings.push(format!("{}: {w}", job.name));
+                }
                 if let Some(old) = previous.by_name.get(&job.name)
                     && old.job == job
                 {

@@ -491,3 +491,56 @@ async fn bad_monitors_are_reported_by_name_and_never_stop_the_good_ones() {
     herald.stop().await;
     sim.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_monitor_asking_for_node_metadata_herald_does_not_attach_is_served_and_warned_about() {
+    let sim = start_sim(loopback_spec(), 7).await;
+    let picked = app_service(&sim);
+    let (ns, app, port) = (&picked.namespace, &picked.app, &picked.port);
+    sim.handle().apply(vec![Write::Put(monitor(
+        Kind::PodMonitor,
+        ns,
+        "wants-nodes",
+        json!({
+            "attachMetadata": {"node": true},
+            "selector": {"matchLabels": {"app": app}},
+            "podMetricsEndpoints": [{"port": port}],
+        }),
+    ))]);
+    let http = reqwest::Client::new();
+    let herald = start_herald(&sim, JOBS).await;
+    let job = format!("podMonitor/{ns}/wants-nodes/0");
+    let jobs = monitor_jobs(&http, &herald).await;
+    let (entry, body) = jobs.get(&job).expect("served");
+    assert_ne!(body, &json!([]), "served, with its targets");
+    let w = warnings(entry);
+    assert!(
+        has(
+            &w,
+            &["attachMetadata.node", "monitors.attach_node_metadata"]
+        ),
+        "{w:?}"
+    );
+    assert!(
+        monitor_errors(&http, &herald)
+            .await
+            .iter()
+            .any(|(m, served)| *served && m.contains(&job) && m.contains("attachMetadata")),
+        "listed among the monitors served with a problem"
+    );
+    let url = format!("{}/scrape-configs", herald.url());
+    assert!(
+        get_text(&http, &url)
+            .await
+            .contains("# warning: attachMetadata.node"),
+        "written before its job in /scrape-configs"
+    );
+    herald.stop().await;
+
+    // With node metadata in the base jobs, nothing to report.
+    let herald = start_herald(&sim, "jobs: []\nmonitors: {attach_node_metadata: true}\n").await;
+    let jobs = monitor_jobs(&http, &herald).await;
+    let (entry, _) = jobs.get(&job).expect("served");
+    assert_eq!(warnings(entry), Vec::<String>::new());
+    herald.stop().await;
+}

@@ -138,6 +138,49 @@ fn hand_written(sim: &Sim) -> Vec<Object> {
                 ]}],
             }),
         ),
+        // Node metadata: asked for through a scrape class, by the monitor itself, and not at all
+        // (herald's base jobs attach it for the first two; the third must not see it).
+        monitor(
+            Kind::PodMonitor,
+            ns,
+            "hand-node-class",
+            json!({
+                "scrapeClass": "zoned",
+                "selector": {"matchLabels": {"app": app}},
+                "podMetricsEndpoints": [{"port": port_name, "relabelings": [
+                    {"sourceLabels": ["__meta_kubernetes_node_label_topology_kubernetes_io_zone"],
+                     "targetLabel": "zone"},
+                    {"targetLabel": "node_metadata", "replacement": "class"},
+                ]}],
+            }),
+        ),
+        monitor(
+            Kind::PodMonitor,
+            ns,
+            "hand-node-own",
+            json!({
+                "attachMetadata": {"node": true},
+                "selector": {"matchLabels": {"app": app}},
+                "podMetricsEndpoints": [{"port": port_name, "relabelings": [
+                    {"sourceLabels": ["__meta_kubernetes_node_label_topology_kubernetes_io_zone"],
+                     "targetLabel": "zone"},
+                    {"targetLabel": "node_metadata", "replacement": "own"},
+                ]}],
+            }),
+        ),
+        monitor(
+            Kind::PodMonitor,
+            ns,
+            "hand-node-none",
+            json!({
+                "selector": {"matchLabels": {"app": app}},
+                "podMetricsEndpoints": [{"port": port_name, "relabelings": [
+                    {"sourceLabels": ["__meta_kubernetes_node_label_topology_kubernetes_io_zone"],
+                     "targetLabel": "zone"},
+                    {"targetLabel": "node_metadata", "replacement": "none"},
+                ]}],
+            }),
+        ),
         monitor(
             Kind::PodMonitor,
             ns,
@@ -151,13 +194,17 @@ fn hand_written(sim: &Sim) -> Vec<Object> {
     ]
 }
 
-/// herald's monitors section for the vmagent test: both ServiceMonitor roles, and scrape classes: a
-/// default one adding a label to every monitor that names none, and `mesh` (named by
-/// `hand-any-namespace`) with a relabeling and Istio's certificate files.
+/// herald's monitors section for the vmagent test: both ServiceMonitor roles, node metadata in the
+/// base jobs, and scrape classes: `zoned` attaching node metadata, a default one adding a label to
+/// every monitor that names none, and `mesh` (named by `hand-any-namespace`) with a relabeling and
+/// Istio's certificate files.
 const MONITORS_WITH_CLASSES: &str = r#"jobs: []
 monitors:
   service_discovery_roles: [Endpoints, EndpointSlice]
+  attach_node_metadata: true
   scrape_classes:
+  - name: zoned
+    attachMetadata: {node: true}
   - name: plain
     default: true
     relabelings: [{targetLabel: scrape_class, replacement: plain}]
@@ -174,8 +221,10 @@ monitors:
 /// monitor jobs herald-core derives.
 fn jobs_of(obj: &Value) -> Vec<MonitorJob> {
     let config = herald_core::parse_config(MONITORS_WITH_CLASSES).expect("valid config");
+    let monitors = config.monitors.expect("monitors");
     let ctx = MonitorContext {
-        scrape_classes: config.monitors.expect("monitors").scrape_classes(),
+        scrape_classes: monitors.scrape_classes(),
+        node_metadata_attached: monitors.attach_node_metadata,
         ..MonitorContext::default()
     };
     let r = match obj["kind"].as_str() {
@@ -217,6 +266,11 @@ fn direct_job(j: &MonitorJob, api: &str) -> String {
             Y::Sequence(j.namespaces.iter().map(|n| Y::from(n.as_str())).collect()),
         );
         sd.insert("namespaces".into(), Y::Mapping(names));
+    }
+    if let Some(a) = j.attach_metadata {
+        let mut attach = Mapping::new();
+        attach.insert("node".into(), a.node.into());
+        sd.insert("attach_metadata".into(), Y::Mapping(attach));
     }
     // With RoleSelector, the operator's selectors; herald's rules applying them are not written.
     let mut rules = &j.relabel_configs[..];
@@ -398,6 +452,18 @@ async fn monitor_jobs_equal_vmagent_running_the_operator_s_generated_config_and_
             .any(|l| l.get("selected_by").map(String::as_str) == Some("unmanaged endpointslice")),
         "no EndpointSlice lacks the managed-by label"
     );
+    // Node labels reach the monitors that attach node metadata, and only those.
+    for (how, zoned) in [("class", true), ("own", true), ("none", false)] {
+        let targets: Vec<&Labels> = agreed
+            .iter()
+            .filter(|l| l.get("node_metadata").map(String::as_str) == Some(how))
+            .collect();
+        assert!(!targets.is_empty(), "node metadata {how}: targets");
+        assert!(
+            targets.iter().all(|l| l.contains_key("zone") == zoned),
+            "node metadata {how}: zone label {zoned}: {targets:?}"
+        );
+    }
     // The hand-written monitor's labels really came from the monitor: targetLabels, podTargetLabels,
     // its relabeling, the endpoint.
     // Only that endpoint's relabeling sets `node`.
@@ -413,15 +479,16 @@ async fn monitor_jobs_equal_vmagent_running_the_operator_s_generated_config_and_
         "{hand:?}"
     );
     // Scrape classes: the named class's relabeling on its monitor's targets, the default class's on
-    // every other monitor's.
+    // every other monitor's (but those naming `zoned`).
     assert!(
         hand.iter()
             .all(|l| l.contains_key("class_node") && !l.contains_key("scrape_class")),
         "{hand:?}"
     );
+    let zoned = |l: &Labels| l.get("node_metadata").map(String::as_str) == Some("class");
     let others: Vec<&Labels> = agreed
         .iter()
-        .filter(|l| !l.contains_key("class_node"))
+        .filter(|l| !l.contains_key("class_node") && !zoned(l))
         .collect();
     assert!(!others.is_empty());
     assert!(

@@ -151,6 +151,22 @@ impl Rules<'_> {
         Ok(())
     }
 
+    /// herald's own: where discovery attaches node metadata the job did not ask for, drop it
+    /// (see [`MonitorContext::node_metadata_attached`]).
+    pub(super) fn unasked_node_metadata(
+        &mut self,
+        ctx: &MonitorContext,
+        attach: Option<crate::target::AttachMetadata>,
+    ) {
+        if ctx.node_metadata_attached && !attach.is_some_and(|a| a.node) {
+            self.push(
+                Rule::default()
+                    .regex("__meta_kubernetes_node_.+")
+                    .action("labeldrop"),
+            );
+        }
+    }
+
     /// The scrape class's relabelings (validated with the class), before the monitor's own.
     pub(super) fn class(&mut self, class: Option<&ScrapeClass>) {
         for rc in class.iter().flat_map(|c| &c.relabelings) {

@@ -1853,3 +1853,55 @@ fn the_port_rule_is_the_keep_rule_after_the_operator_s_selection() {
         "__meta_kubernetes_pod_container_port_name",
     );
 }
+
+#[test]
+fn node_metadata_herald_attaches_is_dropped_for_monitors_that_do_not_ask_for_it() {
+    let spec = |attach: bool| {
+        let mut s = json!({
+            "selector": {"matchLabels": {"app": "api"}},
+            "podMetricsEndpoints": [{"port": "web", "relabelings": [
+                {"sourceLabels": ["__meta_kubernetes_node_label_zone"], "targetLabel": "zone"},
+            ]}],
+        });
+        if attach {
+            s["attachMetadata"] = json!({"node": true});
+        }
+        s
+    };
+    let zone_of = |job: &MonitorJob| {
+        let mut t = ls! {
+            "__address__": "127.16.0.1:8080",
+            "job": "podMonitor/default/api/0",
+            "__meta_kubernetes_namespace": "default",
+            "__meta_kubernetes_pod_name": "api-0",
+            "__meta_kubernetes_pod_label_app": "api",
+            "__meta_kubernetes_pod_labelpresent_app": "true",
+            "__meta_kubernetes_pod_container_port_name": "web",
+            "__meta_kubernetes_pod_phase": "Running",
+            "__meta_kubernetes_node_label_zone": "a",
+        };
+        assert!(crate::relabel::process(&mut t, &job.relabel_configs));
+        t.get("zone").cloned()
+    };
+    let attached = MonitorContext {
+        node_metadata_attached: true,
+        ..MonitorContext::default()
+    };
+    let asked = one_pm(&pm("default", "api", spec(true)), &attached);
+    assert_eq!(zone_of(&asked), Some("a".into()), "asked for: kept");
+    let unasked = one_pm(&pm("default", "api", spec(false)), &attached);
+    assert_eq!(
+        zone_of(&unasked),
+        None,
+        "not asked for: Prometheus would not have it"
+    );
+    // Discovery without node metadata: the operator's rules, nothing added.
+    let plain = one_pm(
+        &pm("default", "api", spec(false)),
+        &MonitorContext::default(),
+    );
+    assert_eq!(
+        plain.relabel_configs.len() + 1,
+        unasked.relabel_configs.len()
+    );
+}
