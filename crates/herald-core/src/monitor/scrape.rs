@@ -208,14 +208,14 @@ pub(super) fn common_scrape(
             if let Some(c) = &a.credentials {
                 unsupported.push(format!("{from}: credentials {}", secret(c)));
                 None
-            } else if a.credentials_file.is_empty() {
-                unsupported.push(format!("{from}: credentials none"));
-                None
             } else {
+                // Without credentials the operator still writes the type
+                // (`addSafeAuthorizationToYaml`), and so does herald.
                 let kind = a.kind.trim();
                 Some(AuthorizationFile {
                     kind: if kind.is_empty() { "Bearer" } else { kind }.to_owned(),
-                    credentials_file: Some(a.credentials_file),
+                    credentials_file: (!a.credentials_file.is_empty())
+                        .then_some(a.credentials_file),
                 })
             }
         }

@@ -940,6 +940,33 @@ fn golden_scrape_class_tls_fills_only_what_the_endpoint_does_not_give() {
 }
 
 #[test]
+fn an_authorization_type_without_credentials_is_written_as_the_operator_writes_it() {
+    // `addSafeAuthorizationToYaml`: the type alone, `Bearer` when empty; nothing unsupported.
+    let ctx = class_ctx(
+        json!([{"name": "typed", "default": true, "authorization": {"type": "Token"}}]),
+        true,
+    );
+    for pod in [false, true] {
+        let obj = default_monitor(pod, None, json!({}));
+        let job = if pod {
+            one_pm(&obj, &ctx)
+        } else {
+            one_sm(&obj, &ctx)
+        };
+        assert_eq!(
+            job.scrape.authorization,
+            Some(AuthorizationFile {
+                kind: "Token".into(),
+                credentials_file: None
+            })
+        );
+        assert_eq!(job.unsupported, Vec::<String>::new());
+        let yaml = scrape_config_yaml(&job, "http://herald/sd/v1/x");
+        assert!(yaml.contains("authorization:\n    type: Token\n"), "{yaml}");
+    }
+}
+
+#[test]
 fn golden_user_authorization_is_not_overridden_by_a_class() {
     // TestScrapeClassAuthorization, "user defined Authorization not overridden by ScrapeClass":
     // the monitor names no class and the class is not default; its own Secret is reported.
