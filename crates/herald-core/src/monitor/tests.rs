@@ -459,27 +459,13 @@ fn role_selectors_keep_what_the_selector_would_list_by_the_objects_own_labels() 
                 "__meta_kubernetes_endpointslice_port_name"
             };
             t.insert(port_name.into(), "web".into());
-            for (k, v) in object_labels {
-                let k = sanitize_label_name(k);
-                t.insert(
-                    format!("__meta_kubernetes_{object}_label_{k}"),
-                    v.to_string(),
-                );
-                t.insert(
-                    format!("__meta_kubernetes_{object}_labelpresent_{k}"),
-                    "true".into(),
-                );
-            }
-            for (k, v) in service_labels {
-                let k = sanitize_label_name(k);
-                t.insert(
-                    format!("__meta_kubernetes_service_label_{k}"),
-                    v.to_string(),
-                );
-                t.insert(
-                    format!("__meta_kubernetes_service_labelpresent_{k}"),
-                    "true".into(),
-                );
+            for (owner, labels) in [(object, object_labels), ("service", service_labels)] {
+                for (k, v) in labels {
+                    let k = sanitize_label_name(k);
+                    let prefix = format!("__meta_kubernetes_{owner}");
+                    t.insert(format!("{prefix}_label_{k}"), v.to_string());
+                    t.insert(format!("{prefix}_labelpresent_{k}"), "true".into());
+                }
             }
             crate::relabel::process(&mut t, &job.relabel_configs)
         };
