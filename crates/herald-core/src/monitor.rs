@@ -190,7 +190,7 @@ impl RoleSelectors {
         if mechanism != Some("RoleSelector") {
             return Ok(None);
         }
-        r.selector(selector, object, "spec.selector")?;
+        r.selector(selector, object, "spec.selector", true)?;
         Ok(Some(RoleSelectors {
             roles,
             label: label_selector_string(selector),
@@ -442,6 +442,16 @@ impl ServiceMonitor {
         )?;
         scrape.bearer_token_file =
             (!ep.bearer_token_file.is_empty()).then(|| ep.bearer_token_file.clone());
+        if scrape.bearer_token_file.is_some() && scrape.authorization.is_some() {
+            // The operator writes both; Prometheus then refuses the whole config ("authorization
+            // is not compatible with bearer_token & bearer_token_file"), so herald serves neither.
+            return Err(err(
+                format!("{path}.bearerTokenFile"),
+                "cannot go with an authorization (the endpoint's or its scrape class's): \
+                 Prometheus refuses a scrape config with both"
+                    .into(),
+            ));
+        }
 
         let slice = role == Role::EndpointSlice;
         let mut r = Rules {
@@ -458,7 +468,7 @@ impl ServiceMonitor {
         )?;
         r.init();
         if role_selectors.is_none() {
-            r.selector(&spec.common.selector, "service", "spec.selector")?;
+            r.selector(&spec.common.selector, "service", "spec.selector", false)?;
         }
 
         // The endpoint's port.
@@ -657,7 +667,7 @@ impl PodMonitor {
             r.running_filter();
         }
         if role_selectors.is_none() {
-            r.selector(&spec.common.selector, "pod", "spec.selector")?;
+            r.selector(&spec.common.selector, "pod", "spec.selector", false)?;
         }
 
         let port = ep.port.as_deref().filter(|p| !p.is_empty());

@@ -107,6 +107,62 @@ impl LabelSelector {
                 .collect(),
         }
     }
+
+    /// A `metav1.LabelSelector` (`matchLabels`, and `matchExpressions` as (key, operator, values)
+    /// with the operators `In`, `NotIn`, `Exists`, `DoesNotExist`), checked as apimachinery's
+    /// `LabelSelectorAsSelector` checks it: valid keys and values, values for `In`/`NotIn` and none
+    /// for `Exists`/`DoesNotExist`. The error names the requirement at fault.
+    pub fn from_parts<'a>(
+        match_labels: &BTreeMap<String, String>,
+        match_expressions: impl IntoIterator<Item = (&'a str, &'a str, &'a [String])>,
+    ) -> Result<Self, Error> {
+        let mut requirements = Vec::new();
+        for (k, v) in match_labels {
+            validate_key(k)?;
+            validate_value(k, v)?;
+            requirements.push(Requirement {
+                key: k.clone(),
+                op: Operator::Equals,
+                values: vec![v.clone()],
+            });
+        }
+        for (key, op, values) in match_expressions {
+            validate_key(key)?;
+            let op = match op {
+                "In" => Operator::In,
+                "NotIn" => Operator::NotIn,
+                "Exists" => Operator::Exists,
+                "DoesNotExist" => Operator::DoesNotExist,
+                other => {
+                    return Err(Error::Requirement(format!(
+                        "{key}: {other:?} is not a valid label selector operator"
+                    )));
+                }
+            };
+            match op {
+                Operator::In | Operator::NotIn if values.is_empty() => {
+                    return Err(Error::Requirement(format!(
+                        "{key}: for 'in', 'notin' operators, values set can't be empty"
+                    )));
+                }
+                Operator::Exists | Operator::DoesNotExist if !values.is_empty() => {
+                    return Err(Error::Requirement(format!(
+                        "{key}: values set must be empty for exists and does not exist"
+                    )));
+                }
+                _ => {}
+            }
+            for v in values {
+                validate_value(key, v)?;
+            }
+            requirements.push(Requirement {
+                key: key.to_string(),
+                op,
+                values: values.to_vec(),
+            });
+        }
+        Ok(Self { requirements })
+    }
 }
 
 /// Splits on commas that are not inside a parenthesised value set.
@@ -378,5 +434,51 @@ mod tests {
     fn display_round_trips() {
         let s = sel("a=1,b!=2,c in (x,y),d notin (z),e,!f");
         assert_eq!(sel(&s.to_string()), s);
+    }
+
+    #[test]
+    fn structured_selectors_are_checked_as_apimachinery_checks_them() {
+        let labels: BTreeMap<String, String> = [("app".to_string(), "web".to_string())].into();
+        let none: &[String] = &[];
+        let ab = ["a".to_string(), "b".to_string()];
+        let sel =
+            LabelSelector::from_parts(&labels, [("tier", "In", &ab[..]), ("x", "Exists", none)])
+                .expect("valid");
+        assert_eq!(
+            sel,
+            LabelSelector::parse("app=web,tier in (a,b),x").expect("valid")
+        );
+        let err = |e: Result<LabelSelector, Error>| e.expect_err("invalid").to_string();
+        assert!(
+            err(LabelSelector::from_parts(
+                &BTreeMap::new(),
+                [("k", "In", none)]
+            ))
+            .contains("can't be empty")
+        );
+        assert!(
+            err(LabelSelector::from_parts(
+                &BTreeMap::new(),
+                [("k", "Exists", &ab[..])]
+            ))
+            .contains("must be empty")
+        );
+        assert!(
+            err(LabelSelector::from_parts(
+                &BTreeMap::new(),
+                [("k", "Gt", &ab[..])]
+            ))
+            .contains("\"Gt\"")
+        );
+        let bad_value = [".*".to_string()];
+        assert!(
+            err(LabelSelector::from_parts(
+                &BTreeMap::new(),
+                [("k", "In", &bad_value[..])]
+            ))
+            .contains("\".*\"")
+        );
+        let bad_key: BTreeMap<String, String> = [("a|b".to_string(), "v".to_string())].into();
+        assert!(err(LabelSelector::from_parts(&bad_key, [])).contains("\"a|b\""));
     }
 }

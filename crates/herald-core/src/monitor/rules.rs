@@ -68,13 +68,25 @@ impl Rules<'_> {
         );
     }
 
-    /// The selector as keep/drop rules on `__meta_kubernetes_<object>_label[present]_<key>`.
+    /// The selector as keep/drop rules on `__meta_kubernetes_<object>_label[present]_<key>`, after
+    /// checking it as the operator does (`LabelSelectorAsSelector`: a monitor with an invalid
+    /// selector is rejected). `exact`: the values are matched literally, as a selector matches
+    /// them; the operator's own rules (`exact` false) put them into the regex as they are, so a `.`
+    /// in a value matches any character there.
     pub(super) fn selector(
         &mut self,
         sel: &LabelSelector,
         object: &str,
         field: &str,
+        exact: bool,
     ) -> Result<(), MonitorError> {
+        let value = |v: &str| {
+            if exact {
+                regex::escape(v)
+            } else {
+                v.to_owned()
+            }
+        };
         let label = |k: &str| {
             format!(
                 "__meta_kubernetes_{object}_label_{}",
@@ -92,12 +104,13 @@ impl Rules<'_> {
                 Rule::default()
                     .action("keep")
                     .source(&[label(k), present(k)])
-                    .regex(&format!("({v});true")),
+                    .regex(&format!("({});true", value(v))),
             );
         }
         for (i, exp) in sel.match_expressions.iter().enumerate() {
             let k = &exp.key;
-            let values = exp.values.join("|");
+            let values: Vec<String> = exp.values.iter().map(|v| value(v)).collect();
+            let values = values.join("|");
             let rule = match exp.operator.as_str() {
                 "In" => Rule::default()
                     .action("keep")
@@ -124,6 +137,12 @@ impl Rules<'_> {
             };
             self.push(rule);
         }
+        let expressions = sel
+            .match_expressions
+            .iter()
+            .map(|e| (e.key.as_str(), e.operator.as_str(), e.values.as_slice()));
+        kube_selectors::LabelSelector::from_parts(&sel.match_labels, expressions)
+            .map_err(|e| (self.err)(field.to_owned(), e.to_string()))?;
         Ok(())
     }
 

@@ -1918,3 +1918,72 @@ fn node_metadata_herald_attaches_is_dropped_for_monitors_that_do_not_ask_for_it(
         unasked.relabel_configs.len()
     );
 }
+
+#[test]
+fn a_role_selector_matches_values_literally_as_the_apiserver_does() {
+    let spec = json!({
+        "selectorMechanism": "RoleSelector",
+        "selector": {"matchLabels": {"version": "1.0"}},
+        "podMetricsEndpoints": [{"port": "web"}],
+    });
+    let job = one_pm(&pm("default", "api", spec), &MonitorContext::default());
+    let kept = |version: &str| {
+        let mut t = ls! {
+            "__address__": "127.16.0.1:8080",
+            "__meta_kubernetes_pod_label_version": version,
+            "__meta_kubernetes_pod_labelpresent_version": "true",
+            "__meta_kubernetes_pod_container_port_name": "web",
+        };
+        crate::relabel::process(&mut t, &job.relabel_configs)
+    };
+    assert!(kept("1.0"));
+    assert!(!kept("100"), "a '.' is not a wildcard in a selector");
+    // The operator's own selection rules take the value as a regex (golden files): unchanged.
+    let spec = json!({
+        "selector": {"matchLabels": {"version": "1.0"}},
+        "podMetricsEndpoints": [{"port": "web"}],
+    });
+    let job = one_pm(&pm("default", "api", spec), &MonitorContext::default());
+    assert_eq!(job.relabel_configs[2].regex.as_str(), "(1.0);true");
+}
+
+#[test]
+fn an_invalid_selector_rejects_the_monitor_as_the_operator_does() {
+    let cases = [
+        json!({"matchExpressions": [{"key": "tier", "operator": "In", "values": []}]}),
+        json!({"matchExpressions": [{"key": "tier", "operator": "Exists", "values": ["a"]}]}),
+        json!({"matchLabels": {"app": "a|b"}}),
+        json!({"matchLabels": {"-bad-key": "a"}}),
+    ];
+    for mechanism in ["RelabelConfig", "RoleSelector"] {
+        for selector in &cases {
+            let spec = json!({
+                "selectorMechanism": mechanism,
+                "selector": selector,
+                "endpoints": [{"port": "web"}],
+            });
+            match service_monitor_jobs(&sm("default", "api", spec), &MonitorContext::default()) {
+                Err(MonitorError::Field { field, .. }) => {
+                    assert_eq!(field, "spec.selector", "{mechanism} {selector}")
+                }
+                other => panic!("{mechanism} {selector}: {other:?}"),
+            }
+        }
+    }
+}
+
+#[test]
+fn a_bearer_token_file_with_an_authorization_is_refused_as_prometheus_would_refuse_it() {
+    let spec = json!({
+        "selector": {"matchLabels": {"app": "api"}},
+        "endpoints": [{"port": "web", "bearerTokenFile": "/var/run/token",
+                       "authorization": {"type": "Bearer"}}],
+    });
+    match service_monitor_jobs(&sm("default", "api", spec), &MonitorContext::default()) {
+        Err(MonitorError::Field { field, message, .. }) => {
+            assert_eq!(field, "spec.endpoints[0].bearerTokenFile");
+            assert!(message.contains("Prometheus refuses"), "{message}");
+        }
+        other => panic!("{other:?}"),
+    }
+}
