@@ -34,7 +34,25 @@ fn hand_written(sim: &Sim) -> Vec<Object> {
     let (ns, app, port_name) = (svc.namespace.as_str(), svc.app.as_str(), svc.port.as_str());
     let target_port = svc.target_port.clone();
     let monitor = peers::cluster::monitor;
-    vec![
+    // Node metadata: asked for through a scrape class, by the monitor itself, and not at all
+    // (herald's base jobs attach it for the first two; the third must not see it).
+    let node_metadata = ["class", "own", "none"].map(|how| {
+        let mut spec = json!({
+            "selector": {"matchLabels": {"app": app}},
+            "podMetricsEndpoints": [{"port": port_name, "relabelings": [
+                {"sourceLabels": ["__meta_kubernetes_node_label_topology_kubernetes_io_zone"],
+                 "targetLabel": "zone"},
+                {"targetLabel": "node_metadata", "replacement": how},
+            ]}],
+        });
+        match how {
+            "class" => spec["scrapeClass"] = "zoned".into(),
+            "own" => spec["attachMetadata"] = json!({"node": true}),
+            _ => {}
+        }
+        monitor(Kind::PodMonitor, ns, &format!("hand-node-{how}"), spec)
+    });
+    let mut out = vec![
         monitor(
             Kind::ServiceMonitor,
             "monitoring",
@@ -138,49 +156,6 @@ fn hand_written(sim: &Sim) -> Vec<Object> {
                 ]}],
             }),
         ),
-        // Node metadata: asked for through a scrape class, by the monitor itself, and not at all
-        // (herald's base jobs attach it for the first two; the third must not see it).
-        monitor(
-            Kind::PodMonitor,
-            ns,
-            "hand-node-class",
-            json!({
-                "scrapeClass": "zoned",
-                "selector": {"matchLabels": {"app": app}},
-                "podMetricsEndpoints": [{"port": port_name, "relabelings": [
-                    {"sourceLabels": ["__meta_kubernetes_node_label_topology_kubernetes_io_zone"],
-                     "targetLabel": "zone"},
-                    {"targetLabel": "node_metadata", "replacement": "class"},
-                ]}],
-            }),
-        ),
-        monitor(
-            Kind::PodMonitor,
-            ns,
-            "hand-node-own",
-            json!({
-                "attachMetadata": {"node": true},
-                "selector": {"matchLabels": {"app": app}},
-                "podMetricsEndpoints": [{"port": port_name, "relabelings": [
-                    {"sourceLabels": ["__meta_kubernetes_node_label_topology_kubernetes_io_zone"],
-                     "targetLabel": "zone"},
-                    {"targetLabel": "node_metadata", "replacement": "own"},
-                ]}],
-            }),
-        ),
-        monitor(
-            Kind::PodMonitor,
-            ns,
-            "hand-node-none",
-            json!({
-                "selector": {"matchLabels": {"app": app}},
-                "podMetricsEndpoints": [{"port": port_name, "relabelings": [
-                    {"sourceLabels": ["__meta_kubernetes_node_label_topology_kubernetes_io_zone"],
-                     "targetLabel": "zone"},
-                    {"targetLabel": "node_metadata", "replacement": "none"},
-                ]}],
-            }),
-        ),
         monitor(
             Kind::PodMonitor,
             ns,
@@ -191,7 +166,9 @@ fn hand_written(sim: &Sim) -> Vec<Object> {
                 "podMetricsEndpoints": [{"port": port_name, "path": "/stats"}],
             }),
         ),
-    ]
+    ];
+    out.extend(node_metadata);
+    out
 }
 
 /// herald's monitors section for the vmagent test: both ServiceMonitor roles, node metadata in the
