@@ -52,6 +52,47 @@ fn hand_written(sim: &Sim) -> Vec<Object> {
         }
         monitor(Kind::PodMonitor, ns, &format!("hand-node-{how}"), spec)
     });
+    // selectorMechanism RoleSelector on each ServiceMonitor role, its targets marked `selected_by`.
+    let role_selector = |name: &str, role: &str, selector: Value, selected_by: &str| {
+        let spec = json!({
+            "selectorMechanism": "RoleSelector",
+            "serviceDiscoveryRole": role,
+            "selector": selector,
+            "targetLabels": ["app"],
+            "endpoints": [{"port": port_name, "relabelings": [
+                {"targetLabel": "selected_by", "replacement": selected_by},
+            ]}],
+        });
+        monitor(Kind::ServiceMonitor, ns, name, spec)
+    };
+    let role_selectors = [
+        role_selector(
+            "hand-role-selector",
+            "Endpoints",
+            json!({"matchLabels": {"app": app}}),
+            "endpoints",
+        ),
+        role_selector(
+            "hand-role-selector-slices",
+            "EndpointSlice",
+            json!({"matchExpressions": [
+                {"key": "app", "operator": "In", "values": [app, "no-such-app"]},
+                {"key": "no-such-label", "operator": "DoesNotExist"},
+            ]}),
+            "endpointslice",
+        ),
+        // Its Service lacks the managed-by label and would match; its EndpointSlices carry it, so
+        // the role selector lists none of them: no targets (selection by the Service's labels
+        // would keep them all).
+        role_selector(
+            "hand-role-selector-managed",
+            "EndpointSlice",
+            json!({"matchLabels": {"app": app}, "matchExpressions": [
+                {"key": "endpointslice.kubernetes.io/managed-by", "operator": "DoesNotExist"},
+            ]}),
+            "unmanaged endpointslice",
+        ),
+    ];
     let mut out = vec![
         monitor(
             Kind::ServiceMonitor,
@@ -98,53 +139,6 @@ fn hand_written(sim: &Sim) -> Vec<Object> {
         // selectorMechanism RoleSelector: the selector goes to the discovery's list+watch, which
         // vmagent sends to kube-sim as a labelSelector; herald keeps by the objects' own labels.
         monitor(
-            Kind::ServiceMonitor,
-            ns,
-            "hand-role-selector",
-            json!({
-                "selectorMechanism": "RoleSelector",
-                "selector": {"matchLabels": {"app": app}},
-                "targetLabels": ["app"],
-                "endpoints": [{"port": port_name, "relabelings": [
-                    {"targetLabel": "selected_by", "replacement": "endpoints"},
-                ]}],
-            }),
-        ),
-        monitor(
-            Kind::ServiceMonitor,
-            ns,
-            "hand-role-selector-slices",
-            json!({
-                "selectorMechanism": "RoleSelector",
-                "serviceDiscoveryRole": "EndpointSlice",
-                "selector": {"matchExpressions": [
-                    {"key": "app", "operator": "In", "values": [app, "no-such-app"]},
-                    {"key": "no-such-label", "operator": "DoesNotExist"},
-                ]},
-                "endpoints": [{"port": port_name, "relabelings": [
-                    {"targetLabel": "selected_by", "replacement": "endpointslice"},
-                ]}],
-            }),
-        ),
-        // Its Service lacks the managed-by label and would match; its EndpointSlices carry it, so
-        // the role selector lists none of them: no targets (selection by the Service's labels
-        // would keep them all).
-        monitor(
-            Kind::ServiceMonitor,
-            ns,
-            "hand-role-selector-managed",
-            json!({
-                "selectorMechanism": "RoleSelector",
-                "serviceDiscoveryRole": "EndpointSlice",
-                "selector": {"matchLabels": {"app": app}, "matchExpressions": [
-                    {"key": "endpointslice.kubernetes.io/managed-by", "operator": "DoesNotExist"},
-                ]},
-                "endpoints": [{"port": port_name, "relabelings": [
-                    {"targetLabel": "selected_by", "replacement": "unmanaged endpointslice"},
-                ]}],
-            }),
-        ),
-        monitor(
             Kind::PodMonitor,
             ns,
             "hand-role-selector-pods",
@@ -167,6 +161,7 @@ fn hand_written(sim: &Sim) -> Vec<Object> {
             }),
         ),
     ];
+    out.extend(role_selectors);
     out.extend(node_metadata);
     out
 }
