@@ -120,7 +120,9 @@ pub enum ServeError {
 }
 
 /// The resources served when `kube_api.kinds` names none: what node-local proxies, ingress
-/// controllers and monitoring agents list and watch.
+/// controllers and monitoring agents list and watch. kube-proxy ≥ 1.33 watches ServiceCIDRs
+/// unconditionally (kubernetes cmd/kube-proxy/app/server.go, v1.37.2); an upstream without them
+/// (Kubernetes < 1.33) has them left out at start, see [`SINCE_1_33`].
 pub const DEFAULT_KUBE_KINDS: &[&str] = &[
     "pods",
     "services",
@@ -128,7 +130,43 @@ pub const DEFAULT_KUBE_KINDS: &[&str] = &[
     "endpointslices",
     "nodes",
     "namespaces",
+    "servicecidrs.networking.k8s.io",
 ];
+
+/// Built-in resources an older upstream may not serve (`networking.k8s.io/v1` ServiceCIDRs are GA
+/// since Kubernetes 1.33). The face serves them only when the upstream's discovery lists them, so a
+/// consumer sees the 404 the upstream itself would give, instead of herald waiting forever for a
+/// list that cannot succeed.
+const SINCE_1_33: &[(&str, &str, &str)] = &[("networking.k8s.io", "v1", "servicecidrs")];
+
+/// Drops the resources of [`SINCE_1_33`] that the upstream's discovery does not list.
+async fn drop_unserved(client: &kube::Client, resources: &mut Vec<kube_face::Resource>) {
+    for (group, version, plural) in SINCE_1_33 {
+        let Some(at) = resources
+            .iter()
+            .position(|r| r.group == *group && r.version == *version && r.plural == *plural)
+        else {
+            continue;
+        };
+        let gv = format!("{group}/{version}");
+        match client.list_api_group_resources(&gv).await {
+            Ok(list) if list.resources.iter().any(|r| r.name == *plural) => {}
+            Ok(_) | Err(kube::Error::Api(_)) => {
+                tracing::warn!(
+                    resource = %format!("{plural}.{group}"),
+                    "the upstream does not serve {gv} {plural} (Kubernetes before 1.33?): not served on the Kubernetes API face"
+                );
+                resources.remove(at);
+            }
+            // Upstream unreachable now: keep it; its watch loop retries like every other kind's.
+            Err(e) => tracing::warn!(
+                resource = %format!("{plural}.{group}"),
+                error = %e,
+                "could not read the upstream's discovery; serving the resource as configured"
+            ),
+        }
+    }
+}
 
 /// Splits `kube_api.kinds` into built-in resources (resolved now) and custom ones (resolved against
 /// the upstream at start). No kinds means the defaults.
@@ -356,6 +394,7 @@ impl Herald {
         let api = match &options.kube {
             Some(k) => {
                 let mut api = k.api.clone();
+                drop_unserved(&client, &mut api.resources).await;
                 for c in &k.custom {
                     api.resources.push(resolve_custom(&client, c).await?);
                 }

@@ -25,7 +25,8 @@ pub struct Resource {
 /// (group, version, kind, plural, namespaced, short names, extra field selectors) of the built-in
 /// resources, as the apiserver's discovery reports them. Field selectors: kubernetes
 /// pkg/registry/core/pod/strategy.go `PodToSelectableFields`, node/strategy.go `NodeToSelectableFields`,
-/// namespace/strategy.go `NamespaceToSelectableFields`.
+/// namespace/strategy.go `NamespaceToSelectableFields`, service/strategy.go `SelectableFields`
+/// (`spec.clusterIP`, `spec.type`: kube-proxy lists Services with `spec.clusterIP!=None`).
 type Builtin = (
     &'static str,
     &'static str,
@@ -55,7 +56,15 @@ const BUILTINS: &[Builtin] = &[
         &["spec.unschedulable"],
     ),
     ("", "v1", "ConfigMap", "configmaps", true, &["cm"], &[]),
-    ("", "v1", "Service", "services", true, &["svc"], &[]),
+    (
+        "",
+        "v1",
+        "Service",
+        "services",
+        true,
+        &["svc"],
+        &["spec.clusterIP", "spec.type"],
+    ),
     (
         "",
         "v1",
@@ -107,6 +116,15 @@ const BUILTINS: &[Builtin] = &[
         "v1",
         "IngressClass",
         "ingressclasses",
+        false,
+        &[],
+        &[],
+    ),
+    (
+        "networking.k8s.io",
+        "v1",
+        "ServiceCIDR",
+        "servicecidrs",
         false,
         &[],
         &[],

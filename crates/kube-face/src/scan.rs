@@ -77,6 +77,10 @@ struct RawSpec<'a> {
     host_network: Option<bool>,
     #[serde(default)]
     unschedulable: Option<bool>,
+    #[serde(borrow, default, rename = "clusterIP")]
+    cluster_ip: Option<Cow<'a, str>>,
+    #[serde(borrow, default, rename = "type")]
+    type_: Option<Cow<'a, str>>,
 }
 
 #[derive(Deserialize, Default)]
@@ -150,6 +154,8 @@ pub fn head_with(resource: &Resource, raw: &[u8], want: Wanted) -> Result<Head, 
                 "spec.serviceAccountName" => s(&spec.service_account_name),
                 "spec.hostNetwork" => spec.host_network.unwrap_or(false).to_string(),
                 "spec.unschedulable" => spec.unschedulable.unwrap_or(false).to_string(),
+                "spec.clusterIP" => s(&spec.cluster_ip),
+                "spec.type" => s(&spec.type_),
                 "status.phase" => s(&status.phase),
                 "status.podIP" => s(&status.pod_ip),
                 "status.nominatedNodeName" => s(&status.nominated_node_name),

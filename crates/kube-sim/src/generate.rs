@@ -725,6 +725,8 @@ impl Generator {
         let svc_ip = allocate(&mut self.service_ips, &mut self.pod_ips).ok();
         let family = self.family();
         extras::external_service(&mut self.rng, ext_ip, svc_ip, family, &mut out);
+        // Last, so that every other object's UID stays what the seed gave before ServiceCIDRs.
+        out.push(extras::service_cidr(spec.service_cidr));
         self.objects.extend(out);
     }
 
@@ -741,6 +743,7 @@ impl Generator {
                 Object::Endpoints(o) => &mut o.metadata,
                 Object::EndpointSlice(o) => &mut o.metadata,
                 Object::Ingress(o) => &mut o.metadata,
+                Object::ServiceCidr(o) => &mut o.metadata,
                 Object::Custom(_, v) => {
                     if let Some(m) = v.get_mut("metadata").and_then(|m| m.as_object_mut())
                         && !m.contains_key("uid")

@@ -3,7 +3,7 @@
 
 use k8s_openapi::api::core::v1::{ConfigMap, Endpoints, Namespace, Node, Pod, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
-use k8s_openapi::api::networking::v1::Ingress;
+use k8s_openapi::api::networking::v1::{Ingress, ServiceCIDR};
 use serde::Serialize;
 
 /// Every kind kube-sim stores. The order is the order `/sim/dump` lists them in.
@@ -25,10 +25,12 @@ pub enum Kind {
     Role,
     RoleBinding,
     PeerAuthentication,
+    /// `networking.k8s.io/v1` ServiceCIDR: the cluster's Service ranges (kube-proxy ≥ 1.33 watches them).
+    ServiceCidr,
 }
 
 impl Kind {
-    pub const ALL: [Kind; 16] = [
+    pub const ALL: [Kind; 17] = [
         Kind::Namespace,
         Kind::Node,
         Kind::ConfigMap,
@@ -45,13 +47,14 @@ impl Kind {
         Kind::Role,
         Kind::RoleBinding,
         Kind::PeerAuthentication,
+        Kind::ServiceCidr,
     ];
 
     /// API group ("" for core).
     pub fn group(self) -> &'static str {
         match self {
             Kind::EndpointSlice => "discovery.k8s.io",
-            Kind::Ingress => "networking.k8s.io",
+            Kind::Ingress | Kind::ServiceCidr => "networking.k8s.io",
             Kind::ServiceMonitor | Kind::PodMonitor | Kind::Prometheus => "monitoring.coreos.com",
             Kind::ClusterRole | Kind::ClusterRoleBinding | Kind::Role | Kind::RoleBinding => {
                 "rbac.authorization.k8s.io"
@@ -73,7 +76,7 @@ impl Kind {
             }
             Kind::PeerAuthentication => "security.istio.io/v1",
             Kind::EndpointSlice => "discovery.k8s.io/v1",
-            Kind::Ingress => "networking.k8s.io/v1",
+            Kind::Ingress | Kind::ServiceCidr => "networking.k8s.io/v1",
             Kind::ServiceMonitor | Kind::PodMonitor | Kind::Prometheus => {
                 "monitoring.coreos.com/v1"
             }
@@ -100,6 +103,7 @@ impl Kind {
             Kind::Role => "Role",
             Kind::RoleBinding => "RoleBinding",
             Kind::PeerAuthentication => "PeerAuthentication",
+            Kind::ServiceCidr => "ServiceCIDR",
         }
     }
 
@@ -122,6 +126,7 @@ impl Kind {
             Kind::Role => "roles",
             Kind::RoleBinding => "rolebindings",
             Kind::PeerAuthentication => "peerauthentications",
+            Kind::ServiceCidr => "servicecidrs",
         }
     }
 
@@ -144,7 +149,11 @@ impl Kind {
     pub fn namespaced(self) -> bool {
         !matches!(
             self,
-            Kind::Namespace | Kind::Node | Kind::ClusterRole | Kind::ClusterRoleBinding
+            Kind::Namespace
+                | Kind::Node
+                | Kind::ClusterRole
+                | Kind::ClusterRoleBinding
+                | Kind::ServiceCidr
         )
     }
 
@@ -166,7 +175,8 @@ impl Kind {
             | Kind::ClusterRole
             | Kind::ClusterRoleBinding
             | Kind::Role
-            | Kind::RoleBinding => &[],
+            | Kind::RoleBinding
+            | Kind::ServiceCidr => &[],
         }
     }
 
@@ -215,6 +225,7 @@ pub enum Object {
     Endpoints(Endpoints),
     EndpointSlice(EndpointSlice),
     Ingress(Ingress),
+    ServiceCidr(ServiceCIDR),
     /// ServiceMonitor, PodMonitor or Prometheus, as a full JSON object (apiVersion, kind, metadata, spec).
     Custom(Kind, serde_json::Value),
 }
@@ -230,6 +241,7 @@ impl Object {
             Object::Endpoints(_) => Kind::Endpoints,
             Object::EndpointSlice(_) => Kind::EndpointSlice,
             Object::Ingress(_) => Kind::Ingress,
+            Object::ServiceCidr(_) => Kind::ServiceCidr,
             Object::Custom(k, _) => *k,
         }
     }
@@ -254,6 +266,7 @@ impl Object {
             Object::Endpoints(o) => typed(k, o),
             Object::EndpointSlice(o) => typed(k, o),
             Object::Ingress(o) => typed(k, o),
+            Object::ServiceCidr(o) => typed(k, o),
             Object::Custom(_, v) => v.clone(),
         }
     }

