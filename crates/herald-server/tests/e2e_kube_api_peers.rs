@@ -380,8 +380,8 @@ async fn vmagent_discovers_the_same_targets_through_herald_as_from_kube_sim() {
     }
     let stats = sim.stats();
     assert_eq!(
-        stats["by_user_agent"]["herald/test"]["watches_open"], 7,
-        "herald watches pods, services, endpoints, endpointslices, nodes, namespaces and ingresses once each: {}",
+        stats["by_user_agent"]["herald/test"]["watches_open"], 8,
+        "herald watches pods, services, endpoints, endpointslices, nodes, namespaces, servicecidrs and ingresses once each: {}",
         stats["by_user_agent"]
     );
 }
@@ -469,7 +469,7 @@ async fn a_tier_of_heralds_carries_watchers_on_one_upstream_watch_per_kind() {
     // kube-sim sees the root only, one watch per kind; the root sees the leaf once per kind.
     let stats = sim.stats();
     assert_eq!(
-        stats["by_user_agent"]["herald-root/test"]["watches_open"], 6,
+        stats["by_user_agent"]["herald-root/test"]["watches_open"], 7,
         "{}",
         stats["by_user_agent"]
     );

@@ -243,7 +243,7 @@ fn demo_prints_working_sd_urls_whose_targets_are_all_loopback() {
         }
     };
     assert!(
-        summary.contains("upstream-watches=6 (kinds=6)"),
+        summary.contains("upstream-watches=7 (kinds=7)"),
         "{summary}"
     );
     assert!(

@@ -32,9 +32,12 @@ fn spec() -> ClusterSpec {
     }
 }
 
-async fn start_sim() -> Sim {
+async fn start_sim(nodes: usize) -> Sim {
     Sim::start(SimConfig {
-        spec: spec(),
+        spec: ClusterSpec {
+            nodes: nodes.max(spec().nodes),
+            ..spec()
+        },
         seed: 7,
         ..SimConfig::default()
     })
@@ -280,7 +283,7 @@ fn through_herald_equals_direct(mode: Mode) {
     let (a2, b2) = (a.clone(), b.clone());
     kube_proxy::run_in(a.name(), move || async move {
         let (a, b, dir) = (a2, b2, dir_path);
-        let sim = start_sim().await;
+        let sim = start_sim(0).await;
         let herald = start_herald(&sim.url()).await;
         let face: std::net::SocketAddr = herald
             .kube_url()
@@ -350,6 +353,18 @@ fn through_herald_equals_direct(mode: Mode) {
         }
         assert_ne!(first, after, "the churn changed the rules");
 
+        // kube-proxy posted its Events ("Starting", StartKubeProxy) to herald, which is read-only:
+        // client-go's event broadcaster drops an Event the server refuses with a Status, and
+        // kube-proxy runs on (it wrote every rule above).
+        assert!(
+            via_herald
+                .log_text()
+                .contains("Server rejected event (will not retry!)"),
+            "kube-proxy's Event was refused with a Status and dropped:\n{}",
+            via_herald.log_tail(20)
+        );
+        via_herald.check_alive();
+
         // The upstream still serves herald one watch per kind: the direct kube-proxy gone, every
         // open watch on kube-sim is herald's.
         drop(direct);
@@ -416,7 +431,7 @@ fn twenty_kube_proxies_through_one_herald_cost_the_apiserver_one_watch_per_kind(
     let others2 = others.clone();
     kube_proxy::run_in(a.name(), move || async move {
         let (others, dir) = (others2, dir_path);
-        let sim = start_sim().await;
+        let sim = start_sim(PROXIES).await;
         let herald = start_herald(&sim.url()).await;
         let face: std::net::SocketAddr = herald
             .kube_url()

@@ -1,0 +1,324 @@
+// proxy-informers: N sets of client-go informers shaped like kube-proxy's (Services with
+// `!service.kubernetes.io/service-proxy-name` and `spec.clusterIP!=None`, EndpointSlices with
+// `!service.kubernetes.io/headless`, its own Node by name, ServiceCIDRs), each set on its own
+// connections as N kube-proxies would be, against one server (herald or kube-sim). A writer updates
+// Services on the upstream at a fixed rate, stamping each with its send time; the informers'
+// handlers record the delivery latency. Writes one JSON report: sync time, events, the client's
+// CPU per event, latency percentiles, and the CPU of the server processes named by --pid.
+//
+// A benchmark tool of herald's (bench/kube-proxy-informers.sh), built from upstream modules only.
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"net"
+	"os"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/selection"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/clientcmd"
+)
+
+// The annotation the writer stamps with its send time (ns since the epoch).
+const sentAnnotation = "bench.herald.dev/sent-ns"
+
+type report struct {
+	Informers        int                `json:"informers"`
+	ContentType      string             `json:"content_type"`
+	WatchList        string             `json:"watch_list"`
+	SyncSeconds      float64            `json:"sync_seconds"`
+	WindowSeconds    float64            `json:"window_seconds"`
+	Writes           int64              `json:"writes"`
+	WriteErrors      int64              `json:"write_errors"`
+	Events           int64              `json:"events"`
+	ServiceUpdates   int64              `json:"service_updates"`
+	ClientCPUSeconds float64            `json:"client_cpu_seconds"`
+	ClientCPUPerEvUs float64            `json:"client_cpu_per_event_us"`
+	LatencyP50Ms     float64            `json:"latency_p50_ms"`
+	LatencyP99Ms     float64            `json:"latency_p99_ms"`
+	LatencySamples   int                `json:"latency_samples"`
+	ServerCPUSeconds map[string]float64 `json:"server_cpu_seconds"`
+	Nodes            []string           `json:"nodes"`
+}
+
+func main() {
+	kubeconfig := flag.String("kubeconfig", "", "the server the informers read (herald's face or kube-sim)")
+	writeKubeconfig := flag.String("write-kubeconfig", "", "the upstream the writer updates Services on (kube-sim); default: --kubeconfig")
+	n := flag.Int("informers", 100, "informer sets (kube-proxies)")
+	protobuf := flag.Bool("protobuf", false, "ask for application/vnd.kubernetes.protobuf, as kube-proxy does by default")
+	warmup := flag.Duration("warmup", 5*time.Second, "writes before the measured window")
+	window := flag.Duration("seconds", 30*time.Second, "the measured window")
+	rate := flag.Float64("rate", 100, "Service updates per second")
+	pids := flag.String("pid", "", "server processes to read the CPU of, name=pid,name=pid")
+	out := flag.String("json", "", "where to write the report (default stdout)")
+	version := flag.Bool("version", false, "print the client-go version and exit")
+	flag.Parse()
+	if *version {
+		fmt.Println("proxy-informers: client-go v0.37.2 (k8s.io/client-go), kube-proxy's informer shapes of k8s.io/kubernetes v1.37.2")
+		return
+	}
+	if *kubeconfig == "" {
+		fail("--kubeconfig is required")
+	}
+	if *writeKubeconfig == "" {
+		*writeKubeconfig = *kubeconfig
+	}
+	readCfg := load(*kubeconfig)
+	if *protobuf {
+		readCfg.ContentType = "application/vnd.kubernetes.protobuf"
+		readCfg.AcceptContentTypes = "application/vnd.kubernetes.protobuf,application/json"
+	}
+	writer, err := kubernetes.NewForConfig(load(*writeKubeconfig))
+	if err != nil {
+		fail("writer client: %v", err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+
+	nodeList, err := writer.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+	if err != nil || len(nodeList.Items) == 0 {
+		fail("listing nodes: %v", err)
+	}
+	nodes := make([]string, 0, len(nodeList.Items))
+	for _, nd := range nodeList.Items {
+		nodes = append(nodes, nd.Name)
+	}
+	sort.Strings(nodes)
+
+	var events, svcUpdates atomic.Int64
+	var measuring atomic.Bool
+	var latMu sync.Mutex
+	var lat []time.Duration
+	onService := func(obj interface{}) {
+		events.Add(1)
+		svc, ok := obj.(*corev1.Service)
+		if !ok || !measuring.Load() {
+			return
+		}
+		svcUpdates.Add(1)
+		if v, ok := svc.Annotations[sentAnnotation]; ok {
+			if ns, err := strconv.ParseInt(v, 10, 64); err == nil {
+				d := time.Since(time.Unix(0, ns))
+				latMu.Lock()
+				lat = append(lat, d)
+				latMu.Unlock()
+			}
+		}
+	}
+	count := cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(interface{}) { events.Add(1) },
+		UpdateFunc: func(_, _ interface{}) { events.Add(1) },
+		DeleteFunc: func(interface{}) { events.Add(1) },
+	}
+	noProxyName, _ := labels.NewRequirement("service.kubernetes.io/service-proxy-name", selection.DoesNotExist, nil)
+	noHeadless, _ := labels.NewRequirement("service.kubernetes.io/headless", selection.DoesNotExist, nil)
+	svcLabels := labels.NewSelector().Add(*noProxyName).String()
+	sliceLabels := labels.NewSelector().Add(*noHeadless).String()
+	svcFields := fields.OneTermNotEqualSelector("spec.clusterIP", corev1.ClusterIPNone).String()
+
+	start := time.Now()
+	var synced []cache.InformerSynced
+	for i := 0; i < *n; i++ {
+		cfg := rest.CopyConfig(readCfg)
+		cfg.QPS, cfg.Burst = 1000, 1000
+		// A Dial of its own keeps client-go from sharing one cached transport (and its
+		// connections) between the sets: each set is a separate kube-proxy.
+		d := &net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second}
+		cfg.Dial = d.DialContext
+		cs, err := kubernetes.NewForConfig(cfg)
+		if err != nil {
+			fail("client %d: %v", i, err)
+		}
+		node := nodes[i%len(nodes)]
+		svcF := informers.NewSharedInformerFactoryWithOptions(cs, 0, informers.WithTweakListOptions(func(o *metav1.ListOptions) {
+			o.LabelSelector, o.FieldSelector = svcLabels, svcFields
+		}))
+		sliceF := informers.NewSharedInformerFactoryWithOptions(cs, 0, informers.WithTweakListOptions(func(o *metav1.ListOptions) {
+			o.LabelSelector = sliceLabels
+		}))
+		nodeF := informers.NewSharedInformerFactoryWithOptions(cs, 0, informers.WithTweakListOptions(func(o *metav1.ListOptions) {
+			o.FieldSelector = fields.OneTermEqualSelector("metadata.name", node).String()
+		}))
+		plainF := informers.NewSharedInformerFactory(cs, 0)
+		si := svcF.Core().V1().Services().Informer()
+		si.AddEventHandler(cache.ResourceEventHandlerFuncs{
+			AddFunc:    func(interface{}) { events.Add(1) },
+			UpdateFunc: func(_, nw interface{}) { onService(nw) },
+			DeleteFunc: func(interface{}) { events.Add(1) },
+		})
+		ei := sliceF.Discovery().V1().EndpointSlices().Informer()
+		ei.AddEventHandler(count)
+		ni := nodeF.Core().V1().Nodes().Informer()
+		ni.AddEventHandler(count)
+		ci := plainF.Networking().V1().ServiceCIDRs().Informer()
+		ci.AddEventHandler(count)
+		for _, f := range []informers.SharedInformerFactory{svcF, sliceF, nodeF, plainF} {
+			f.Start(ctx.Done())
+		}
+		synced = append(synced, si.HasSynced, ei.HasSynced, ni.HasSynced, ci.HasSynced)
+	}
+	if !cache.WaitForCacheSync(ctx.Done(), synced...) {
+		fail("informers did not sync")
+	}
+	syncSeconds := time.Since(start).Seconds()
+	fmt.Fprintf(os.Stderr, "proxy-informers: %d sets synced in %.1f s\n", *n, syncSeconds)
+
+	// The writer: Services the informers see, updated round-robin with the send time.
+	list, err := writer.CoreV1().Services("").List(ctx, metav1.ListOptions{LabelSelector: svcLabels, FieldSelector: svcFields})
+	if err != nil || len(list.Items) == 0 {
+		fail("listing Services to update: %v", err)
+	}
+	svcs := list.Items
+	var writes, writeErrs atomic.Int64
+	go func() {
+		tick := time.NewTicker(time.Duration(float64(time.Second) / *rate))
+		defer tick.Stop()
+		for i := 0; ; i++ {
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+			}
+			s := &svcs[i%len(svcs)]
+			if s.Annotations == nil {
+				s.Annotations = map[string]string{}
+			}
+			s.Annotations[sentAnnotation] = strconv.FormatInt(time.Now().UnixNano(), 10)
+			got, err := writer.CoreV1().Services(s.Namespace).Update(ctx, s, metav1.UpdateOptions{})
+			if err != nil {
+				writeErrs.Add(1)
+				if fresh, gerr := writer.CoreV1().Services(s.Namespace).Get(ctx, s.Name, metav1.GetOptions{}); gerr == nil {
+					*s = *fresh
+				}
+				continue
+			}
+			writes.Add(1)
+			*s = *got
+		}
+	}()
+	time.Sleep(*warmup)
+
+	serverPids := parsePids(*pids)
+	cpu0 := selfCPU()
+	srv0 := serverCPU(serverPids)
+	ev0 := events.Load()
+	w0 := writes.Load()
+	measuring.Store(true)
+	t0 := time.Now()
+	time.Sleep(*window)
+	measuring.Store(false)
+	elapsed := time.Since(t0).Seconds()
+	cpu1 := selfCPU()
+	srv1 := serverCPU(serverPids)
+	ev := events.Load() - ev0
+
+	latMu.Lock()
+	sort.Slice(lat, func(a, b int) bool { return lat[a] < lat[b] })
+	r := report{
+		Informers:        *n,
+		ContentType:      map[bool]string{true: "protobuf", false: "json"}[*protobuf],
+		WatchList:        os.Getenv("KUBE_FEATURE_WatchListClient"),
+		SyncSeconds:      syncSeconds,
+		WindowSeconds:    elapsed,
+		Writes:           writes.Load() - w0,
+		WriteErrors:      writeErrs.Load(),
+		Events:           ev,
+		ServiceUpdates:   svcUpdates.Load(),
+		ClientCPUSeconds: cpu1 - cpu0,
+		LatencyP50Ms:     pct(lat, 0.50),
+		LatencyP99Ms:     pct(lat, 0.99),
+		LatencySamples:   len(lat),
+		ServerCPUSeconds: map[string]float64{},
+		Nodes:            nodes[:min(len(nodes), *n)],
+	}
+	latMu.Unlock()
+	if ev > 0 {
+		r.ClientCPUPerEvUs = (cpu1 - cpu0) / float64(ev) * 1e6
+	}
+	for name := range srv1 {
+		r.ServerCPUSeconds[name] = srv1[name] - srv0[name]
+	}
+	b, _ := json.MarshalIndent(r, "", "  ")
+	if *out == "" {
+		fmt.Println(string(b))
+	} else if err := os.WriteFile(*out, append(b, '\n'), 0o644); err != nil {
+		fail("writing %s: %v", *out, err)
+	}
+}
+
+func load(path string) *rest.Config {
+	cfg, err := clientcmd.BuildConfigFromFlags("", path)
+	if err != nil {
+		fail("kubeconfig %s: %v", path, err)
+	}
+	return cfg
+}
+
+func pct(sorted []time.Duration, q float64) float64 {
+	if len(sorted) == 0 {
+		return 0
+	}
+	i := int(q * float64(len(sorted)-1))
+	return float64(sorted[i].Microseconds()) / 1000
+}
+
+func selfCPU() float64 {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	tv := func(t syscall.Timeval) float64 { return float64(t.Sec) + float64(t.Usec)/1e6 }
+	return tv(ru.Utime) + tv(ru.Stime)
+}
+
+func parsePids(s string) map[string]string {
+	m := map[string]string{}
+	for _, kv := range strings.Split(s, ",") {
+		if name, pid, ok := strings.Cut(kv, "="); ok {
+			m[name] = pid
+		}
+	}
+	return m
+}
+
+// serverCPU reads utime+stime of each process from /proc/PID/stat (clock ticks of 1/100 s).
+func serverCPU(pids map[string]string) map[string]float64 {
+	out := map[string]float64{}
+	for name, pid := range pids {
+		b, err := os.ReadFile("/proc/" + pid + "/stat")
+		if err != nil {
+			continue
+		}
+		s := string(b)
+		// Fields after the command name (which may hold spaces) start after the last ')'.
+		f := strings.Fields(s[strings.LastIndexByte(s, ')')+2:])
+		if len(f) > 12 {
+			ut, _ := strconv.ParseFloat(f[11], 64)
+			st, _ := strconv.ParseFloat(f[12], 64)
+			out[name] = (ut + st) / 100
+		}
+	}
+	return out
+}
+
+func fail(format string, a ...interface{}) {
+	fmt.Fprintf(os.Stderr, "proxy-informers: "+format+"\n", a...)
+	os.Exit(1)
+}
