@@ -76,6 +76,16 @@ async fn start_herald(upstream: &str) -> Herald {
     herald
 }
 
+/// herald's Kubernetes API face's address.
+fn face_addr(herald: &Herald) -> std::net::SocketAddr {
+    herald
+        .kube_url()
+        .expect("the face is on")
+        .trim_start_matches("http://")
+        .parse()
+        .expect("the face's address")
+}
+
 /// The first node kube-sim generated.
 fn first_node(sim: &Sim) -> String {
     let mut names: Vec<String> = sim
@@ -285,12 +295,7 @@ fn through_herald_equals_direct(mode: Mode) {
         let (a, b, dir) = (a2, b2, dir_path);
         let sim = start_sim(0).await;
         let herald = start_herald(&sim.url()).await;
-        let face: std::net::SocketAddr = herald
-            .kube_url()
-            .expect("the face is on")
-            .trim_start_matches("http://")
-            .parse()
-            .expect("the face's address");
+        let face = face_addr(&herald);
         let node = first_node(&sim);
         let direct_port = kube_proxy::bridge(b.name(), sim.addr()).await;
         let kc_herald = kube_proxy::kubeconfig(&dir, "herald", face.port());
@@ -315,9 +320,6 @@ fn through_herald_equals_direct(mode: Mode) {
             Duration::from_secs(90),
         )
         .await;
-        if std::env::var_os("HERALD_TEST_DUMP").is_some() {
-            eprintln!("{}", first.join("\n"));
-        }
         eprintln!(
             "{}: first sync equal: {} canonical lines, {} Service chains",
             mode.flag(),
@@ -433,12 +435,7 @@ fn twenty_kube_proxies_through_one_herald_cost_the_apiserver_one_watch_per_kind(
         let (others, dir) = (others2, dir_path);
         let sim = start_sim(PROXIES).await;
         let herald = start_herald(&sim.url()).await;
-        let face: std::net::SocketAddr = herald
-            .kube_url()
-            .expect("the face is on")
-            .trim_start_matches("http://")
-            .parse()
-            .expect("the face's address");
+        let face = face_addr(&herald);
         let nodes = nodes(&sim, PROXIES);
         assert_eq!(
             nodes.len(),
