@@ -40,6 +40,11 @@ pub struct SimulateArgs {
     /// The pod CIDR (kube-proxy's --cluster-cidr, for its local-traffic rules).
     #[arg(long, default_value = crate::synth::POD_CIDR)]
     pub cluster_cidr: String,
+    /// The cluster's ServiceCIDRs (kube-apiserver's --service-cluster-ip-range, mirrored in the
+    /// default ServiceCIDR object), for kube-proxy's rule dropping traffic to unallocated
+    /// cluster IPs; default: none known.
+    #[arg(long, value_delimiter = ',')]
+    pub service_cidr: Vec<String>,
     /// Time real syncs in a throwaway network namespace (root, Linux); without it, or without
     /// root, times are modelled from recorded measurements.
     #[arg(long)]

@@ -128,6 +128,9 @@ pub struct ProxyInput {
     pub node: String,
     /// The pod CIDR kube-proxy's `LocalTrafficDetector` (detect-local-mode ClusterCIDR) tests.
     pub cluster_cidr: String,
+    /// The ServiceCIDRs' ranges of this family (kube-proxy ≥ 1.33 reads ServiceCIDR objects and
+    /// drops traffic to unallocated cluster IPs in them); empty when unknown.
+    pub service_cidrs: Vec<String>,
 }
 
 impl ProxyInput {

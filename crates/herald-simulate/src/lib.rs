@@ -85,7 +85,14 @@ pub fn simulate(
             .and_then(|n| n.metadata.name.clone())
             .unwrap_or_else(|| synth::node_name(0))
     });
-    let input = input::from_cluster(cluster, &node, &args.cluster_cidr)?;
+    let mut input = input::from_cluster(cluster, &node, &args.cluster_cidr)?;
+    // One proxier per family: the IPv4 one reads the IPv4 ranges (`OnServiceCIDRsChanged`).
+    input.service_cidrs = args
+        .service_cidr
+        .iter()
+        .filter(|c| !c.contains(':'))
+        .cloned()
+        .collect();
     let metrics_only = herald_audit::rules::metrics_only_cluster_ips(cluster);
     let fanout = Fanout::of(cluster, args.churn_per_second, &args.factors);
     let root = netns::is_root();

@@ -26,6 +26,14 @@ const THIS_MACHINE: &str = "herald simulate --services 100 --factors 1,4,16 --me
 const K8S_LIMITS: &str =
     "herald simulate --from k8s-limits dump --measure, bench/RESULTS.md machine, 2026-11-23";
 
+/// The nftables transaction as kube-proxy v1.37.2 writes it (src/nftables.rs since the `simnft`
+/// branch: a full sync is its first one, a change sync a partial one), re-measured with
+/// `herald simulate --services 100 --factors 1,4,16 --measure` on the same machine, 2026-11-26
+/// 20:19-20:23 UTC, while two other builds shared its 2 cores (its iptables-legacy figures came out
+/// ~1.5-2× the 2026-11-23 ones, so these are high by as much). The earlier nftables figures timed
+/// a transaction kube-proxy no longer writes (every map flushed and refilled, a chain per endpoint).
+const NFT_V1_37: &str = "herald simulate --services 100 --factors 1,4,16 --measure (nftables of kube-proxy v1.37.2), bench/RESULTS.md machine under load, 2026-11-26";
+
 /// The recorded measurements the model is fitted to.
 pub const RECORDED: &[Recorded] = &[
     Recorded {
@@ -86,24 +94,24 @@ pub const RECORDED: &[Recorded] = &[
     },
     Recorded {
         backend: Backend::Nftables,
-        rules: 1_452.0,
-        seconds: 0.108,
-        change_seconds: 0.113,
-        source: THIS_MACHINE,
+        rules: 356.0,
+        seconds: 0.278,
+        change_seconds: 0.091,
+        source: NFT_V1_37,
     },
     Recorded {
         backend: Backend::Nftables,
-        rules: 5_742.0,
-        seconds: 0.496,
-        change_seconds: 0.508,
-        source: THIS_MACHINE,
+        rules: 1_361.0,
+        seconds: 0.416,
+        change_seconds: 0.036,
+        source: NFT_V1_37,
     },
     Recorded {
         backend: Backend::Nftables,
-        rules: 22_902.0,
-        seconds: 2.399,
-        change_seconds: 2.204,
-        source: THIS_MACHINE,
+        rules: 5_381.0,
+        seconds: 2.548,
+        change_seconds: 0.180,
+        source: NFT_V1_37,
     },
 ];
 

@@ -1,5 +1,6 @@
 //! The rulesets of one node at one size: a full sync, and the sync after one endpoint changes
-//! (an iptables partial restore since KEP-3453; for nftables the whole transaction again).
+//! (a partial sync in both modes: an iptables partial restore since KEP-3453, an nftables
+//! transaction of the changed Services' chains and the elements that differ).
 
 use std::collections::BTreeSet;
 use std::time::Instant;
@@ -8,8 +9,8 @@ use serde::Serialize;
 
 use crate::input::{ProxyInput, categorize};
 use crate::iptables::{self, Restore, Sync, TableCount};
-use crate::names::{endpoint_chain, nft_endpoint_base, service_port_name};
-use crate::nftables::{self, NftCount, Transaction};
+use crate::names::{endpoint_chain, service_port_name};
+use crate::nftables::{self, NftCount, NftSync, Transaction};
 
 /// The address a changed endpoint moves to: outside every generated pod range.
 const MOVED_TO: &str = "100.127.255.254";
@@ -75,9 +76,15 @@ impl Rulesets {
                     });
                     (full, partial)
                 });
-                let full = timed_nft(&|| nftables::transaction(input, &[]));
+                let full = timed_nft(&|| nftables::transaction(input, &NftSync::Full));
                 let changed = change.as_ref().map(|c| {
-                    nftables::transaction(&c.input, std::slice::from_ref(&c.old_nft_chain))
+                    nftables::transaction(
+                        &c.input,
+                        &NftSync::Partial {
+                            before: input,
+                            changed: &c.changed,
+                        },
+                    )
                 });
                 let (ipt_full, ipt_partial) =
                     ipt.join().expect("the iptables generator does not panic");
@@ -129,7 +136,6 @@ pub struct Change {
     pub input: ProxyInput,
     pub changed: BTreeSet<(String, String)>,
     pub old_iptables_chain: String,
-    pub old_nft_chain: String,
 }
 
 /// Moves the first reachable endpoint of the first Service that has one.
@@ -146,22 +152,10 @@ pub fn one_endpoint_change(input: &ProxyInput) -> Option<Change> {
     sp.endpoints[j].ip = MOVED_TO.to_string();
     let spn = service_port_name(&sp.namespace, &sp.name, &sp.port_name);
     let old_iptables_chain = endpoint_chain(&spn, &sp.protocol, &old.addr());
-    let old_nft_chain = format!(
-        "endpoint-{}",
-        nft_endpoint_base(
-            &sp.namespace,
-            &sp.name,
-            &sp.protocol,
-            &sp.port_name,
-            &old.ip,
-            old.port
-        )
-    );
     let changed = BTreeSet::from([(sp.namespace.clone(), sp.name.clone())]);
     Some(Change {
         input: changed_input,
         changed,
         old_iptables_chain,
-        old_nft_chain,
     })
 }

@@ -28,8 +28,10 @@ async fn kube_sim_cluster(spec: ClusterSpec) -> (Cluster, String) {
     (c, node)
 }
 
-fn accepted_everywhere(c: &Cluster, node: &str, cidr: &str) {
-    let input = from_cluster(c, node, cidr).expect("input");
+/// `service_cidr`: the cluster's ServiceCIDR (cluster-ips-check's drop of unallocated cluster IPs).
+fn accepted_everywhere(c: &Cluster, node: &str, cidr: &str, service_cidr: &str) {
+    let mut input = from_cluster(c, node, cidr).expect("input");
+    input.service_cidrs = vec![service_cidr.to_string()];
     assert!(
         !input.ports.is_empty(),
         "the cluster has Services with a cluster IP"
@@ -57,7 +59,12 @@ fn hand_written_services_of_every_type_policy_and_affinity_are_accepted() {
     if !support::root_or_skip() || support::tools().is_none() {
         return;
     }
-    accepted_everywhere(&support::every_combination(), support::NODE, support::CIDR);
+    accepted_everywhere(
+        &support::every_combination(),
+        support::NODE,
+        support::CIDR,
+        "172.20.0.0/16",
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -67,7 +74,8 @@ async fn kube_sims_small_preset_is_accepted() {
     }
     let (c, node) = kube_sim_cluster(ClusterSpec::small()).await;
     let cidr = ClusterSpec::small().pod_cidr.to_string();
-    tokio::task::spawn_blocking(move || accepted_everywhere(&c, &node, &cidr))
+    let service_cidr = ClusterSpec::small().service_cidr.to_string();
+    tokio::task::spawn_blocking(move || accepted_everywhere(&c, &node, &cidr, &service_cidr))
         .await
         .expect("check");
 }
@@ -86,8 +94,9 @@ async fn a_1100_node_cluster_is_accepted() {
         ..ClusterSpec::small()
     };
     let cidr = spec.pod_cidr.to_string();
+    let service_cidr = spec.service_cidr.to_string();
     let (c, node) = kube_sim_cluster(spec).await;
-    tokio::task::spawn_blocking(move || accepted_everywhere(&c, &node, &cidr))
+    tokio::task::spawn_blocking(move || accepted_everywhere(&c, &node, &cidr, &service_cidr))
         .await
         .expect("check");
 }

@@ -14,7 +14,8 @@ use std::time::{Duration, Instant};
 
 use herald_simulate::input::{ProxyInput, from_cluster};
 use herald_simulate::iptables::{Sync, TableCount};
-use herald_simulate::names::{endpoint_chain, nft_endpoint_base, service_port_name};
+use herald_simulate::names::{endpoint_chain, service_port_name};
+use herald_simulate::nftables::NftSync;
 use kube_proxy::{KubeProxy, Launch, Mode};
 use kube_sim::generate::ClusterSpec;
 use kube_sim::{Kind, Object, Sim, SimConfig, Write};
@@ -35,14 +36,27 @@ fn spec() -> ClusterSpec {
     }
 }
 
+/// The node's view of kube-sim's cluster, with the IPv4 ranges of its ServiceCIDRs (which kube-proxy
+/// watches; herald-audit's inventory does not keep them).
 fn input_of(sim: &Sim, node: &str) -> ProxyInput {
     let mut cluster = herald_audit::Cluster::default();
+    let mut service_cidrs = Vec::new();
     for item in sim.handle().dump()["items"].as_array().expect("a List") {
+        if item["kind"] == "ServiceCIDR" {
+            for c in item["spec"]["cidrs"].as_array().into_iter().flatten() {
+                if let Some(c) = c.as_str().filter(|c| !c.contains(':')) {
+                    service_cidrs.push(c.to_string());
+                }
+            }
+            continue;
+        }
         cluster
             .add(item.clone())
             .expect("kube-sim objects are valid");
     }
-    from_cluster(&cluster, node, POD_CIDR).expect("input")
+    let mut input = from_cluster(&cluster, node, POD_CIDR).expect("input");
+    input.service_cidrs = service_cidrs;
+    input
 }
 
 /// klog's `key=value` pairs of a structured log line.
@@ -142,12 +156,12 @@ fn endpoint_to_move(sim: &Sim, input: &ProxyInput) -> (Value, (String, String)) 
     panic!("no Service with two ready endpoints");
 }
 
-/// What simulate says the sync after `before` → `after` writes: the changed Services' chains and
-/// the stale endpoint chains.
+/// What simulate needs to say what the sync after `before` → `after` writes: the changed Services
+/// and (iptables) the stale endpoint chains.
 fn simulated_change(
     before: &ProxyInput,
     after: &ProxyInput,
-) -> (BTreeSet<(String, String)>, Vec<String>, Vec<String>) {
+) -> (BTreeSet<(String, String)>, Vec<String>) {
     let ports = |i: &ProxyInput| {
         i.ports
             .iter()
@@ -162,7 +176,6 @@ fn simulated_change(
     let (b, a) = (ports(before), ports(after));
     let mut changed = BTreeSet::new();
     let mut stale_ipt = Vec::new();
-    let mut stale_nft = Vec::new();
     for (k, old) in &b {
         if a.get(k) == Some(old) {
             continue;
@@ -175,21 +188,10 @@ fn simulated_change(
                 .is_some_and(|n| n.endpoints.iter().any(|x| x.ip == e.ip && x.port == e.port));
             if !still {
                 stale_ipt.push(endpoint_chain(&spn, &old.protocol, &e.addr()));
-                stale_nft.push(format!(
-                    "endpoint-{}",
-                    nft_endpoint_base(
-                        &old.namespace,
-                        &old.name,
-                        &old.protocol,
-                        &old.port_name,
-                        &e.ip,
-                        e.port
-                    )
-                ));
             }
         }
     }
-    (changed, stale_ipt, stale_nft)
+    (changed, stale_ipt)
 }
 
 fn simulate_matches_kube_proxy(mode: Mode) {
@@ -318,7 +320,7 @@ fn simulate_matches_kube_proxy(mode: Mode) {
             tokio::time::sleep(Duration::from_millis(300)).await;
             after = input_of(&sim, &node);
         }
-        let (changed, stale_ipt, stale_nft) = simulated_change(&before, &after);
+        let (changed, stale_ipt) = simulated_change(&before, &after);
         assert_eq!(
             changed,
             BTreeSet::from([service.clone()]),
@@ -344,14 +346,33 @@ fn simulate_matches_kube_proxy(mode: Mode) {
             Mode::Nftables => {
                 let txs = nft_transactions(&kp.log_text());
                 assert_eq!(txs.len(), seen + 1, "one sync for one change");
-                let tx = herald_simulate::nftables::transaction(&after, &stale_nft);
+                let tx = herald_simulate::nftables::transaction(
+                    &after,
+                    &NftSync::Partial {
+                        before: &before,
+                        changed: &changed,
+                    },
+                );
                 assert_eq!(
                     statements(&tx.text),
                     statements(&txs[seen]),
                     "the sync after moving an endpoint of {service:?}: simulate (left) vs kube-proxy (right)"
                 );
+                if let Some(d) = std::env::var_os("HERALD_TEST_KEEP") {
+                    let _ = std::fs::write(
+                        std::path::Path::new(&d).join("simulate-nftables-change.txt"),
+                        &tx.text,
+                    );
+                }
                 eprintln!("nftables change: {:?}", statements(&txs[seen]));
             }
+        }
+        if let Some(d) = std::env::var_os("HERALD_TEST_KEEP") {
+            // Again, now with the sync after the change.
+            let _ = std::fs::copy(
+                &kp.log,
+                std::path::Path::new(&d).join(format!("kube-proxy-{}.log", mode.flag())),
+            );
         }
         drop(kp);
         sim.shutdown().await;
@@ -361,4 +382,9 @@ fn simulate_matches_kube_proxy(mode: Mode) {
 #[test]
 fn simulate_writes_what_kube_proxy_iptables_writes() {
     simulate_matches_kube_proxy(Mode::Iptables);
+}
+
+#[test]
+fn simulate_writes_what_kube_proxy_nftables_writes() {
+    simulate_matches_kube_proxy(Mode::Nftables);
 }
