@@ -15,35 +15,11 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use herald_server::{Herald, KubeApiOptions, KubeServeOptions, ServeOptions, job_specs};
-use kube_proxy::{KubeProxy, Launch, Mode};
-use kube_sim::generate::ClusterSpec;
-use kube_sim::{Kind, Object, Sim, SimConfig, Write};
+use kube_proxy::{KubeProxy, Launch, Mode, POD_CIDR};
+use kube_sim::{Kind, Object, Sim, Write};
 use serde_json::Value;
 
-const POD_CIDR: &str = "127.16.0.0/12";
 const HERALD_UA: &str = "herald-e2e-kube-proxy";
-
-fn spec() -> ClusterSpec {
-    ClusterSpec {
-        pod_cidr: POD_CIDR.parse().expect("cidr"),
-        node_cidr: "127.8.0.0/16".parse().expect("cidr"),
-        service_cidr: "127.4.0.0/16".parse().expect("cidr"),
-        ..ClusterSpec::small()
-    }
-}
-
-async fn start_sim(nodes: usize) -> Sim {
-    Sim::start(SimConfig {
-        spec: ClusterSpec {
-            nodes: nodes.max(spec().nodes),
-            ..spec()
-        },
-        seed: 7,
-        ..SimConfig::default()
-    })
-    .await
-    .expect("kube-sim starts")
-}
 
 /// herald with no SD jobs and the face on the namespace's loopback, serving its default kinds.
 async fn start_herald(upstream: &str) -> Herald {
@@ -86,28 +62,10 @@ fn face_addr(herald: &Herald) -> std::net::SocketAddr {
         .expect("the face's address")
 }
 
-/// The first node kube-sim generated.
-fn first_node(sim: &Sim) -> String {
-    let mut names: Vec<String> = sim
-        .handle()
-        .objects_json(Kind::Node)
-        .iter()
-        .filter_map(|n| n["metadata"]["name"].as_str().map(str::to_string))
-        .collect();
-    names.sort();
-    names.into_iter().next().expect("kube-sim has nodes")
-}
-
 /// What `herald simulate` generates for kube-sim's current state on `node`: the Service chains of
 /// its full iptables restore and nftables transaction.
 fn simulated_service_chains(sim: &Sim, node: &str, mode: Mode) -> Vec<String> {
-    let mut cluster = herald_audit::Cluster::default();
-    for item in sim.handle().dump()["items"].as_array().expect("a List") {
-        cluster
-            .add(item.clone())
-            .expect("kube-sim objects are valid");
-    }
-    let input = herald_simulate::input::from_cluster(&cluster, node, POD_CIDR).expect("input");
+    let input = kube_proxy::proxy_input(sim, node);
     let sets = herald_simulate::sync::Rulesets::of(&input);
     let mut names: Vec<String> = match mode {
         Mode::Iptables => sets
@@ -293,10 +251,10 @@ fn through_herald_equals_direct(mode: Mode) {
     let (a2, b2) = (a.clone(), b.clone());
     kube_proxy::run_in(a.name(), move || async move {
         let (a, b, dir) = (a2, b2, dir_path);
-        let sim = start_sim(0).await;
+        let sim = kube_proxy::start_sim(0).await;
         let herald = start_herald(&sim.url()).await;
         let face = face_addr(&herald);
-        let node = first_node(&sim);
+        let node = kube_proxy::nodes(&sim, 1).remove(0);
         let direct_port = kube_proxy::bridge(b.name(), sim.addr()).await;
         let kc_herald = kube_proxy::kubeconfig(&dir, "herald", face.port());
         let kc_direct = kube_proxy::kubeconfig(&dir, "direct", direct_port);
@@ -403,19 +361,6 @@ fn kube_proxy_nftables_through_herald_writes_what_it_writes_against_the_apiserve
     through_herald_equals_direct(Mode::Nftables);
 }
 
-/// The names of kube-sim's first `n` nodes, sorted.
-fn nodes(sim: &Sim, n: usize) -> Vec<String> {
-    let mut names: Vec<String> = sim
-        .handle()
-        .objects_json(Kind::Node)
-        .iter()
-        .filter_map(|v| v["metadata"]["name"].as_str().map(str::to_string))
-        .collect();
-    names.sort();
-    names.truncate(n);
-    names
-}
-
 #[test]
 fn twenty_kube_proxies_through_one_herald_cost_the_apiserver_one_watch_per_kind() {
     const PROXIES: usize = 20;
@@ -433,10 +378,10 @@ fn twenty_kube_proxies_through_one_herald_cost_the_apiserver_one_watch_per_kind(
     let others2 = others.clone();
     kube_proxy::run_in(a.name(), move || async move {
         let (others, dir) = (others2, dir_path);
-        let sim = start_sim(PROXIES).await;
+        let sim = kube_proxy::start_sim(PROXIES).await;
         let herald = start_herald(&sim.url()).await;
         let face = face_addr(&herald);
-        let nodes = nodes(&sim, PROXIES);
+        let nodes = kube_proxy::nodes(&sim, PROXIES);
         assert_eq!(
             nodes.len(),
             PROXIES,

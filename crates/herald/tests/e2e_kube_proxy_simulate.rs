@@ -12,52 +12,18 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use herald_simulate::input::{ProxyInput, from_cluster};
+use herald_simulate::input::ProxyInput;
 use herald_simulate::iptables::{Sync, TableCount};
 use herald_simulate::names::{endpoint_chain, service_port_name};
 use herald_simulate::nftables::NftSync;
-use kube_proxy::{KubeProxy, Launch, Mode};
-use kube_sim::generate::ClusterSpec;
-use kube_sim::{Kind, Object, Sim, SimConfig, Write};
+use kube_proxy::{KubeProxy, Launch, Mode, POD_CIDR};
+use kube_sim::{Kind, Object, Sim, Write};
 use serde_json::Value;
 
-const POD_CIDR: &str = "127.16.0.0/12";
 /// kube-proxy runs a proxier per IP family; the cluster is IPv4, simulate models that one.
 const IPV4: &str = "ipFamily=\"IPv4\"";
 /// Where the moved endpoint goes: the top of the pod CIDR, which the generator never reaches.
 const MOVED_TO: &str = "127.31.255.1";
-
-fn spec() -> ClusterSpec {
-    ClusterSpec {
-        pod_cidr: POD_CIDR.parse().expect("cidr"),
-        node_cidr: "127.8.0.0/16".parse().expect("cidr"),
-        service_cidr: "127.4.0.0/16".parse().expect("cidr"),
-        ..ClusterSpec::small()
-    }
-}
-
-/// The node's view of kube-sim's cluster, with the IPv4 ranges of its ServiceCIDRs (which kube-proxy
-/// watches; herald-audit's inventory does not keep them).
-fn input_of(sim: &Sim, node: &str) -> ProxyInput {
-    let mut cluster = herald_audit::Cluster::default();
-    let mut service_cidrs = Vec::new();
-    for item in sim.handle().dump()["items"].as_array().expect("a List") {
-        if item["kind"] == "ServiceCIDR" {
-            for c in item["spec"]["cidrs"].as_array().into_iter().flatten() {
-                if let Some(c) = c.as_str().filter(|c| !c.contains(':')) {
-                    service_cidrs.push(c.to_string());
-                }
-            }
-            continue;
-        }
-        cluster
-            .add(item.clone())
-            .expect("kube-sim objects are valid");
-    }
-    let mut input = from_cluster(&cluster, node, POD_CIDR).expect("input");
-    input.service_cidrs = service_cidrs;
-    input
-}
 
 /// klog's `key=value` pairs of a structured log line.
 fn kv(line: &str) -> BTreeMap<String, String> {
@@ -207,21 +173,8 @@ fn simulate_matches_kube_proxy(mode: Mode) {
     let ns2 = ns.clone();
     kube_proxy::run_in(ns.name(), move || async move {
         let (ns, dir) = (ns2, dir_path);
-        let sim = Sim::start(SimConfig {
-            spec: spec(),
-            seed: 7,
-            ..SimConfig::default()
-        })
-        .await
-        .expect("kube-sim starts");
-        let mut nodes: Vec<String> = sim
-            .handle()
-            .objects_json(Kind::Node)
-            .iter()
-            .filter_map(|n| n["metadata"]["name"].as_str().map(str::to_string))
-            .collect();
-        nodes.sort();
-        let node = nodes[0].clone();
+        let sim = kube_proxy::start_sim(0).await;
+        let node = kube_proxy::nodes(&sim, 1).remove(0);
         let kc = kube_proxy::kubeconfig(&dir, "direct", sim.addr().port());
         let verbosity = 9;
         let mut kp = Launch {
@@ -235,7 +188,7 @@ fn simulate_matches_kube_proxy(mode: Mode) {
         }
         .start(ns.name());
 
-        let before = input_of(&sim, &node);
+        let before = kube_proxy::proxy_input(&sim, &node);
         let syncs = |kp: &KubeProxy| match mode {
             Mode::Iptables => iptables_restores(&kp.log_text()).len(),
             Mode::Nftables => nft_transactions(&kp.log_text()).len(),
@@ -301,7 +254,7 @@ fn simulate_matches_kube_proxy(mode: Mode) {
             serde_json::from_value(pod).expect("a Pod"),
         ))]);
         let start = Instant::now();
-        let mut after = input_of(&sim, &node);
+        let mut after = kube_proxy::proxy_input(&sim, &node);
         loop {
             kp.check_alive();
             let moved = after
@@ -318,7 +271,7 @@ fn simulate_matches_kube_proxy(mode: Mode) {
                 kp.log_tail(30)
             );
             tokio::time::sleep(Duration::from_millis(300)).await;
-            after = input_of(&sim, &node);
+            after = kube_proxy::proxy_input(&sim, &node);
         }
         let (changed, stale_ipt) = simulated_change(&before, &after);
         assert_eq!(

@@ -16,8 +16,73 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
+use herald_simulate::input::{ProxyInput, from_cluster};
 use herald_simulate::netns::Netns;
+use kube_sim::generate::ClusterSpec;
+use kube_sim::{Kind, Sim, SimConfig};
 use serde_json::Value;
+
+/// The pod CIDR of the tests' clusters: every address kube-sim hands out is on 127.0.0.0/8.
+pub const POD_CIDR: &str = "127.16.0.0/12";
+
+/// kube-sim's `small` preset on loopback ranges, with at least `nodes` nodes.
+pub fn spec(nodes: usize) -> ClusterSpec {
+    let small = ClusterSpec::small();
+    ClusterSpec {
+        pod_cidr: POD_CIDR.parse().expect("cidr"),
+        node_cidr: "127.8.0.0/16".parse().expect("cidr"),
+        service_cidr: "127.4.0.0/16".parse().expect("cidr"),
+        nodes: nodes.max(small.nodes),
+        ..small
+    }
+}
+
+/// kube-sim on the calling runtime's loopback with [`spec`]`(nodes)`, seed 7.
+pub async fn start_sim(nodes: usize) -> Sim {
+    Sim::start(SimConfig {
+        spec: spec(nodes),
+        seed: 7,
+        ..SimConfig::default()
+    })
+    .await
+    .expect("kube-sim starts")
+}
+
+/// The names of kube-sim's first `n` nodes, sorted.
+pub fn nodes(sim: &Sim, n: usize) -> Vec<String> {
+    let mut names: Vec<String> = sim
+        .handle()
+        .objects_json(Kind::Node)
+        .iter()
+        .filter_map(|v| v["metadata"]["name"].as_str().map(str::to_string))
+        .collect();
+    names.sort();
+    names.truncate(n);
+    names
+}
+
+/// `herald simulate`'s view of kube-sim's cluster from `node`, with the IPv4 ranges of its
+/// ServiceCIDRs (which kube-proxy watches; herald-audit's inventory does not keep them).
+pub fn proxy_input(sim: &Sim, node: &str) -> ProxyInput {
+    let mut cluster = herald_audit::Cluster::default();
+    let mut service_cidrs = Vec::new();
+    for item in sim.handle().dump()["items"].as_array().expect("a List") {
+        if item["kind"] == "ServiceCIDR" {
+            for c in item["spec"]["cidrs"].as_array().into_iter().flatten() {
+                if let Some(c) = c.as_str().filter(|c| !c.contains(':')) {
+                    service_cidrs.push(c.to_string());
+                }
+            }
+            continue;
+        }
+        cluster
+            .add(item.clone())
+            .expect("kube-sim objects are valid");
+    }
+    let mut input = from_cluster(&cluster, node, POD_CIDR).expect("input");
+    input.service_cidrs = service_cidrs;
+    input
+}
 
 /// The kube-proxy binary `peers/build` made, or `None` (skip) outside CI.
 pub fn kube_proxy_bin() -> Option<PathBuf> {
