@@ -310,6 +310,7 @@ fn opts(content: ContentType, watch_list: bool) -> JudgeOptions {
         watch_list,
         label_selector: String::new(),
         field_selector: String::new(),
+        namespace: String::new(),
         kinds: KINDS.iter().map(|(k, _)| *k).collect(),
     }
 }
@@ -463,6 +464,16 @@ async fn selected_informers_through_herald_tiers_hold_what_they_hold_on_kube_sim
         watch_list,
         label_selector: "app".into(),
         field_selector: format!("metadata.namespace={ns}"),
+        namespace: String::new(),
+        kinds: vec!["pods", "services", "endpoints", "endpointslices"],
+    };
+    // The namespaced path (/api/v1/namespaces/NS/pods), as Prometheus's `namespaces: names` reads.
+    let namespaced = |content, watch_list| JudgeOptions {
+        content,
+        watch_list,
+        label_selector: "app".into(),
+        field_selector: String::new(),
+        namespace: ns.clone(),
         kinds: vec!["pods", "services", "endpoints", "endpointslices"],
     };
     let plan = [
@@ -486,6 +497,21 @@ async fn selected_informers_through_herald_tiers_hold_what_they_hold_on_kube_sim
             url2.clone(),
             selected(ContentType::Protobuf, false),
         ),
+        (
+            "herald namespaced json list+watch",
+            url1.clone(),
+            namespaced(ContentType::Json, false),
+        ),
+        (
+            "herald→herald namespaced protobuf watchlist",
+            url2.clone(),
+            namespaced(ContentType::Protobuf, true),
+        ),
+        (
+            "kube-sim namespaced json watchlist",
+            sim.url(),
+            namespaced(ContentType::Json, true),
+        ),
     ];
     let mut judges = Vec::new();
     for (name, url, o) in plan {
@@ -494,8 +520,13 @@ async fn selected_informers_through_herald_tiers_hold_what_they_hold_on_kube_sim
             opts: o,
         });
     }
-    for round in ["the first sync", "churn"] {
-        if round == "churn" {
+    for round in [
+        "the first sync",
+        "churn",
+        "churn again",
+        "churn a third time",
+    ] {
+        if round != "the first sync" {
             sim.handle().set_churn(CHURN);
             sim.handle().fault(Fault::CloseWatches).expect("fault");
             tokio::time::sleep(Duration::from_millis(4_000)).await;

@@ -3,7 +3,8 @@
 // HTTP port. The Rust tests point it at kube-sim and at herald and compare what the stores hold.
 //
 //	informer-judge --kubeconfig PATH [--listen 127.0.0.1:PORT] [--content-type json|protobuf]
-//	               [--watch-list true|false] [--label-selector SEL] [--field-selector SEL] KIND...
+//	               [--watch-list true|false] [--label-selector SEL] [--field-selector SEL]
+//	               [--namespace NS] KIND...
 //
 // KIND is a plural resource name: pods, services, endpoints, endpointslices, nodes, namespaces,
 // ingresses, configmaps. WatchList (a watch with sendInitialEvents instead of LIST+WATCH) follows
@@ -214,6 +215,7 @@ func run() error {
 	contentType := flag.String("content-type", "json", "json or protobuf: what the client asks for")
 	labelSel := flag.String("label-selector", "", "label selector for every informer")
 	fieldSel := flag.String("field-selector", "", "field selector for every informer")
+	namespace := flag.String("namespace", "", "watch this namespace only (the namespaced path, as Prometheus's namespaces: names)")
 	watchList := flag.String("watch-list", "",
 		"true or false: sets KUBE_FEATURE_WatchListClient before client-go reads it (default: the environment's)")
 	showVersion := flag.Bool("version", false, "print the version and exit")
@@ -265,6 +267,7 @@ func run() error {
 		return err
 	}
 	factory := informers.NewSharedInformerFactoryWithOptions(client, 0,
+		informers.WithNamespace(*namespace),
 		informers.WithTweakListOptions(func(o *metav1.ListOptions) {
 			o.LabelSelector = *labelSel
 			o.FieldSelector = *fieldSel

@@ -155,6 +155,8 @@ pub struct JudgeOptions {
     pub watch_list: bool,
     pub label_selector: String,
     pub field_selector: String,
+    /// Watch one namespace through the namespaced path (empty: all namespaces).
+    pub namespace: String,
     pub kinds: Vec<&'static str>,
 }
 
@@ -207,6 +209,7 @@ impl InformerJudge {
                     format!("--watch-list={}", opts.watch_list),
                     format!("--label-selector={}", opts.label_selector),
                     format!("--field-selector={}", opts.field_selector),
+                    format!("--namespace={}", opts.namespace),
                 ];
                 args.extend(opts.kinds.iter().map(|k| k.to_string()));
                 args
