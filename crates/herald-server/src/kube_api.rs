@@ -28,6 +28,8 @@ pub struct KubeApi {
     metrics: Metrics,
     /// Flipped at shutdown: open watches end at once instead of holding the process up.
     close_tx: watch::Sender<u64>,
+    /// Set at shutdown, before `close_tx` is flipped: watches starting afterwards end at once.
+    shutting_down: std::sync::atomic::AtomicBool,
 }
 
 /// A token bucket: `rate` tokens per second up to `burst`.
@@ -47,7 +49,20 @@ impl KubeApi {
             options,
             metrics: metrics.clone(),
             close_tx: watch::Sender::new(0),
+            shutting_down: std::sync::atomic::AtomicBool::new(false),
         }
+    }
+
+    /// Ends every open downstream watch for good: a watch a client opens afterwards (re-watching at
+    /// once on a keep-alive connection during the shutdown grace period) ends at once too, so no
+    /// client is left on a stopped herald's frozen state. NB: axum keeps serving a connection's
+    /// requests until the connection closes, and drops only the accept loop after the grace
+    /// period; a watch started then lived on, silent, until its timeout (found by client-go
+    /// informers behind a tier of heralds whose upstream herald restarted).
+    pub fn shut_down(&self) {
+        self.shutting_down
+            .store(true, std::sync::atomic::Ordering::SeqCst);
+        self.close_watches();
     }
 
     /// Ends every open downstream watch.
@@ -186,6 +201,11 @@ impl Backend for Shared {
     }
     fn closer(&self) -> Option<watch::Receiver<u64>> {
         Some(face(self).close_tx.subscribe())
+    }
+    fn closing(&self) -> bool {
+        face(self)
+            .shutting_down
+            .load(std::sync::atomic::Ordering::SeqCst)
     }
 }
 

@@ -462,7 +462,7 @@ impl Herald {
             tasks.push(tokio::spawn(async move {
                 closer.cancelled().await;
                 if let Some(api) = &closing.kube_api {
-                    api.close_watches();
+                    api.shut_down();
                 }
             }));
             tasks.push(tokio::spawn(tracing::Instrument::instrument(

@@ -114,6 +114,12 @@ pub trait Backend: Send + Sync + 'static {
     fn closer(&self) -> Option<watch::Receiver<u64>> {
         None
     }
+    /// True once the server is shutting down for good: a watch starting now ends at once. NB: the
+    /// closer only reaches watches already subscribed to it, and a client whose watch was just
+    /// closed re-watches at once, on a keep-alive connection the server has not closed yet.
+    fn closing(&self) -> bool {
+        false
+    }
     /// A delay before each batch of events (fault injection).
     fn watch_delay(&self) -> Duration {
         Duration::ZERO

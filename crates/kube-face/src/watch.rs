@@ -269,6 +269,11 @@ impl<B: Backend> Watch<B> {
         if let Some(c) = closer.as_mut() {
             c.mark_unchanged();
         }
+        // After mark_unchanged: a shutdown that set `closing` after this check signals the closer
+        // after it too, so this watch sees one or the other.
+        if backend.closing() {
+            return Ok(End::Closed);
+        }
         let began = Instant::now();
         let deadline = began + timeout;
         // "Shortly before the timeout" a bookmark lets the client resume without a relist.

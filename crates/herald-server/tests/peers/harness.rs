@@ -5,6 +5,7 @@
 
 pub mod cluster;
 pub mod compare;
+pub mod golang;
 pub mod known;
 pub mod prometheus;
 
