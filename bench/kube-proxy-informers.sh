@@ -32,7 +32,7 @@ port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); 
 kubeconfig() { printf 'apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster: {server: "%s"}\ncontexts:\n- name: c\n  context: {cluster: c, user: u}\ncurrent-context: c\nusers:\n- name: u\n  user: {}\n' "$1" > "$2"; }
 
 sim_port=$(port)
-"$target/release/kube-sim" --listen "127.0.0.1:$sim_port" --preset "$preset" --seed 11 > "$work/sim.out" 2> "$work/sim.log" &
+"$target/release/kube-sim" serve --listen "127.0.0.1:$sim_port" --preset "$preset" --seed 11 > "$work/sim.out" 2> "$work/sim.log" &
 sim_pid=$!; pids+=("$sim_pid")
 until grep -q http "$work/sim.out" 2>/dev/null; do sleep 1; kill -0 "$sim_pid" || { cat "$work/sim.log"; exit 1; }; done
 sim_url="http://127.0.0.1:$sim_port"
@@ -57,13 +57,18 @@ for via in herald direct; do
     flags=(); [ "$ct" = protobuf ] && flags=(--protobuf)
     b0=$(sim_bytes); h0=$(herald_bytes)
     out="$work/$via-$ct.json"
-    "$bin/proxy-informers" --kubeconfig "$kc" --write-kubeconfig "$work/sim.kubeconfig" --informers "$informers" \
-      --rate "$rate" --seconds "${window}s" --warmup 5s --pid "kube-sim=$sim_pid,herald=$herald_pid" \
-      "${flags[@]}" --json "$out" 2>> "$work/informers.log" &
+    "$bin/proxy-informers" --kubeconfig "$kc" --informers "$informers" --rate 0 --seconds "${window}s" \
+      --warmup 5s --pid "kube-sim=$sim_pid,herald=$herald_pid" "${flags[@]}" --json "$out" \
+      2> "$work/informers.err" > "$work/informers.out" &
     ipid=$!
+    # The writer in a process of its own (the informers' CPU is theirs alone), started once they synced.
+    until grep -q synced "$work/informers.err" 2>/dev/null; do sleep 0.2; kill -0 "$ipid" || { cat "$work/informers.err"; exit 1; }; done
+    "$bin/proxy-informers" --kubeconfig "$work/sim.kubeconfig" --informers 0 --rate "$rate" \
+      --seconds "$((window + 2))s" --warmup 5s > "$work/writer.out" 2>> "$work/writer.err" &
+    wpid=$!
     # kube-sim's open watches while the informers run (herald's own seven included).
     sleep $(( window / 2 + 5 )); watches=$(sim_watches)
-    wait "$ipid"
+    wait "$ipid"; wait "$wpid"
     b1=$(sim_bytes); h1=$(herald_bytes)
     python3 - "$out" "$via" "$ct" "$((b1 - b0))" "$((h1 - h0))" "$watches" <<'EOF'
 import json, sys

@@ -80,12 +80,22 @@ func main() {
 	if *writeKubeconfig == "" {
 		*writeKubeconfig = *kubeconfig
 	}
+	// NB: client-go v0.37's generated clients ask for protobuf when the content type is left unset
+	// (rest.Request.UseProtobufAsDefaultIfPreferred), so JSON has to be asked for explicitly.
 	readCfg := load(*kubeconfig)
 	if *protobuf {
 		readCfg.ContentType = "application/vnd.kubernetes.protobuf"
 		readCfg.AcceptContentTypes = "application/vnd.kubernetes.protobuf,application/json"
+	} else {
+		readCfg.ContentType = "application/json"
+		readCfg.AcceptContentTypes = "application/json"
 	}
-	writer, err := kubernetes.NewForConfig(load(*writeKubeconfig))
+	// The writer sends JSON: kube-sim takes JSON bodies only.
+	writeCfg := load(*writeKubeconfig)
+	writeCfg.ContentType = "application/json"
+	writeCfg.AcceptContentTypes = "application/json"
+	writeCfg.QPS, writeCfg.Burst = 10000, 10000
+	writer, err := kubernetes.NewForConfig(writeCfg)
 	if err != nil {
 		fail("writer client: %v", err)
 	}
@@ -133,6 +143,14 @@ func main() {
 	sliceLabels := labels.NewSelector().Add(*noHeadless).String()
 	svcFields := fields.OneTermNotEqualSelector("spec.clusterIP", corev1.ClusterIPNone).String()
 
+	if *n == 0 {
+		// Writer only: the bench runs the writer in a process of its own, so that the informers'
+		// CPU per event is theirs alone.
+		var writes, errs atomic.Int64
+		write(ctx, writer, svcLabels, svcFields, *rate, *warmup+*window, &writes, &errs)
+		fmt.Printf("{\"writes\": %d, \"write_errors\": %d}\n", writes.Load(), errs.Load())
+		return
+	}
 	start := time.Now()
 	var synced []cache.InformerSynced
 	for i := 0; i < *n; i++ {
@@ -180,46 +198,16 @@ func main() {
 	syncSeconds := time.Since(start).Seconds()
 	fmt.Fprintf(os.Stderr, "proxy-informers: %d sets synced in %.1f s\n", *n, syncSeconds)
 
-	// The writer: Services the informers see, updated round-robin with the send time.
-	list, err := writer.CoreV1().Services("").List(ctx, metav1.ListOptions{LabelSelector: svcLabels, FieldSelector: svcFields})
-	if err != nil || len(list.Items) == 0 {
-		fail("listing Services to update: %v", err)
-	}
-	svcs := list.Items
 	var writes, writeErrs atomic.Int64
-	go func() {
-		tick := time.NewTicker(time.Duration(float64(time.Second) / *rate))
-		defer tick.Stop()
-		for i := 0; ; i++ {
-			select {
-			case <-ctx.Done():
-				return
-			case <-tick.C:
-			}
-			s := &svcs[i%len(svcs)]
-			if s.Annotations == nil {
-				s.Annotations = map[string]string{}
-			}
-			s.Annotations[sentAnnotation] = strconv.FormatInt(time.Now().UnixNano(), 10)
-			got, err := writer.CoreV1().Services(s.Namespace).Update(ctx, s, metav1.UpdateOptions{})
-			if err != nil {
-				writeErrs.Add(1)
-				if fresh, gerr := writer.CoreV1().Services(s.Namespace).Get(ctx, s.Name, metav1.GetOptions{}); gerr == nil {
-					*s = *fresh
-				}
-				continue
-			}
-			writes.Add(1)
-			*s = *got
-		}
-	}()
+	if *rate > 0 {
+		go write(ctx, writer, svcLabels, svcFields, *rate, 0, &writes, &writeErrs)
+	}
 	time.Sleep(*warmup)
 
 	serverPids := parsePids(*pids)
 	cpu0 := selfCPU()
 	srv0 := serverCPU(serverPids)
 	ev0 := events.Load()
-	w0 := writes.Load()
 	measuring.Store(true)
 	t0 := time.Now()
 	time.Sleep(*window)
@@ -237,7 +225,7 @@ func main() {
 		WatchList:        os.Getenv("KUBE_FEATURE_WatchListClient"),
 		SyncSeconds:      syncSeconds,
 		WindowSeconds:    elapsed,
-		Writes:           writes.Load() - w0,
+		Writes:           writes.Load(),
 		WriteErrors:      writeErrs.Load(),
 		Events:           ev,
 		ServiceUpdates:   svcUpdates.Load(),
@@ -260,6 +248,48 @@ func main() {
 		fmt.Println(string(b))
 	} else if err := os.WriteFile(*out, append(b, '\n'), 0o644); err != nil {
 		fail("writing %s: %v", *out, err)
+	}
+}
+
+// write updates the Services the informers see, round-robin at `rate` per second, stamping each
+// with its send time, for `d` (0: until ctx ends), counting the writes done and failed.
+func write(ctx context.Context, writer *kubernetes.Clientset, svcLabels, svcFields string, rate float64, d time.Duration, writes, errs *atomic.Int64) {
+	list, err := writer.CoreV1().Services("").List(ctx, metav1.ListOptions{LabelSelector: svcLabels, FieldSelector: svcFields})
+	if err != nil || len(list.Items) == 0 {
+		fail("listing Services to update: %v", err)
+	}
+	svcs := list.Items
+	tick := time.NewTicker(time.Duration(float64(time.Second) / rate))
+	defer tick.Stop()
+	var end <-chan time.Time
+	if d > 0 {
+		end = time.After(d)
+	}
+	for i := 0; ; i++ {
+		select {
+		case <-ctx.Done():
+			return
+		case <-end:
+			return
+		case <-tick.C:
+		}
+		s := &svcs[i%len(svcs)]
+		if s.Annotations == nil {
+			s.Annotations = map[string]string{}
+		}
+		s.Annotations[sentAnnotation] = strconv.FormatInt(time.Now().UnixNano(), 10)
+		got, err := writer.CoreV1().Services(s.Namespace).Update(ctx, s, metav1.UpdateOptions{})
+		if err != nil {
+			if errs.Add(1) <= 3 {
+				fmt.Fprintf(os.Stderr, "proxy-informers: updating Service %s/%s: %v\n", s.Namespace, s.Name, err)
+			}
+			if fresh, gerr := writer.CoreV1().Services(s.Namespace).Get(ctx, s.Name, metav1.GetOptions{}); gerr == nil {
+				*s = *fresh
+			}
+			continue
+		}
+		writes.Add(1)
+		*s = *got
 	}
 }
 
