@@ -916,6 +916,18 @@ mod tests {
                     versions.insert(0, generation as u32);
                     groups.insert(0, mk_versions(&[generation as u32], 2).remove(0));
                 }
+                // Deletions and insertions anywhere, as pods come and go.
+                for _ in 0..2 {
+                    x = x.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1);
+                    let at = (x >> 33) as usize % versions.len();
+                    if x & 1 == 0 {
+                        versions.remove(at);
+                        groups.remove(at);
+                    } else {
+                        versions.insert(at, generation as u32 + 1);
+                        groups.insert(at, mk_versions(&[generation as u32 + 1], width).remove(0));
+                    }
+                }
                 let next = Encoded::build_after(Some(&prev), generation, &groups, shard, None);
                 let want = Encoded::build(generation, &groups, shard);
                 assert_eq!(next.identity(), want.identity(), "generation {generation}");
