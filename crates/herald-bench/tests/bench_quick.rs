@@ -128,3 +128,63 @@ fn bench_run_quick_writes_every_section() {
         "{svg:.200}"
     );
 }
+
+/// `bench/run --quick --only steady`: the steady-state section (issue 22) on the small preset, a few
+/// seconds: consumers, watchers, markers and both processes measured; the figures are not judged.
+#[test]
+fn bench_run_quick_steady_state_writes_its_section() {
+    let dir = bin_dir();
+    let peers = peers_dir(&dir);
+    let out = tempfile::tempdir().expect("temp dir");
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let status = Command::new(root.join("bench/run"))
+        .args(["--quick", "--only", "steady", "--out"])
+        .arg(out.path())
+        .arg("--bin-dir")
+        .arg(&peers)
+        .env("HERALD_BENCH_BIN_DIR", &dir)
+        .current_dir(&root)
+        .status()
+        .expect("bench/run starts");
+    assert!(
+        status.success(),
+        "bench/run --quick --only steady failed: {status}"
+    );
+    let doc: serde_json::Value = serde_json::from_slice(
+        &std::fs::read(out.path().join("results.json")).expect("results.json written"),
+    )
+    .expect("results.json is JSON");
+    let s = &doc["sections"]["steady"];
+    assert!(s["error"].is_null(), "the section failed: {}", s["error"]);
+    let d = &s["data"];
+    assert!(
+        d["yardstick"]["seconds"].as_f64().is_some_and(|t| t > 0.0),
+        "{d}"
+    );
+    assert!(d["herald"]["after_sync"]["sync_seconds"].is_number(), "{d}");
+    assert!(d["herald"]["steady"]["peak_rss_mib"].is_number(), "{d}");
+    assert!(d["herald"]["steady"]["mean_cores"].is_number(), "{d}");
+    let c = &d["consumers"];
+    assert!(c["requests"].as_u64().is_some_and(|n| n > 0), "{c}");
+    assert_eq!(c["failed"], 0, "{c}");
+    assert!(c["identity_bytes"].as_u64().is_some_and(|n| n > 0), "{c}");
+    assert!(c["gzip_bytes"].as_u64().is_some_and(|n| n > 0), "{c}");
+    // Every marker write in the window reached a consumer's body.
+    let st = &d["staleness"];
+    assert!(st["writes"].as_u64().is_some_and(|n| n > 0), "{st}");
+    assert_eq!(st["unseen"], 0, "{st}");
+    assert!(
+        d["herald"]["metrics"]["body_builds"]
+            .as_f64()
+            .is_some_and(|n| n > 0.0),
+        "{d}"
+    );
+    assert!(
+        d["kube_watchers"]["attached"]
+            .as_u64()
+            .is_some_and(|n| n > 0),
+        "{d}"
+    );
+    let md = std::fs::read_to_string(out.path().join("RESULTS.md")).expect("RESULTS.md written");
+    assert!(md.contains("### 6. Steady state beside vmagent"), "{md}");
+}

@@ -5,13 +5,14 @@
 //! Layers, bottom up: `cluster` (per-kind stores of slim projections and the per-job lookup),
 //! `filter` (a job's namespaces and selectors), `compact` (groups as interned, shared label blocks),
 //! `index` (per-job groups, recomputed incrementally), `snapshot` (encoded bodies + ETags per
-//! job/shard/generation), `cache` (upstream objects per served resource), `state` (what tasks and
+//! job/shard/generation, held as LZ4 blocks), `bodies` (the bodies kept, within a byte budget), `cache` (upstream objects per served resource), `state` (what tasks and
 //! handlers share), `upstream` (watch tasks; `frames` bounds their lines), `http` (axum router),
 //! `status` (the status page's data), `monitors` and `istio` (prometheus-operator monitors and
 //! Istio's PeerAuthentications, read from the cache), `auth` and `tls` (credentials and TLS on every port), `serve`
 //! (wiring); `reference` computes jobs from scratch for the tests and the fault soak to compare with.
 
 pub mod auth;
+pub mod bodies;
 pub mod cache;
 pub mod cluster;
 pub mod compact;

@@ -86,6 +86,8 @@ pub struct Metrics {
     pub monitor_problems: Family<ServedLabels, Gauge>,
     pub istio_policies: Gauge,
     pub istio_policy_problems: Gauge,
+    /// The body store's (`bodies::BodyStore`).
+    pub bodies: crate::bodies::BodyMetrics,
 }
 
 impl Metrics {
@@ -156,6 +158,36 @@ impl Metrics {
             "sd_bytes_served",
             "HTTP SD body bytes sent, by content encoding",
             self.sd_bytes.clone(),
+        );
+        r.register(
+            "sd_body_bytes_held",
+            "Bytes the HTTP SD bodies kept between requests hold (LZ4 blocks, gzip forms, bookkeeping)",
+            self.bodies.held.clone(),
+        );
+        r.register(
+            "sd_body_budget_bytes",
+            "The most the kept HTTP SD bodies may hold (--body-budget-bytes)",
+            self.bodies.budget.clone(),
+        );
+        r.register(
+            "sd_body_builds",
+            "HTTP SD bodies built (a request found no body of its job, shard and generation kept)",
+            self.bodies.builds.clone(),
+        );
+        r.register(
+            "sd_body_evictions",
+            "HTTP SD bodies dropped, least recently used first, to stay within the budget",
+            self.bodies.evictions.clone(),
+        );
+        r.register(
+            "sd_body_blocks_compressed",
+            "Body blocks encoded or copied and compressed (the others were taken over unchanged)",
+            self.bodies.blocks_compressed.clone(),
+        );
+        r.register(
+            "sd_body_blocks_taken",
+            "Body blocks taken over unchanged from the previous generation of the same job and shard",
+            self.bodies.blocks_taken.clone(),
         );
         r.register(
             "sd_waiting_requests",

@@ -30,7 +30,7 @@ use tokio_util::sync::CancellationToken;
 use crate::filter::{FilterError, JobSpec};
 use crate::serve::CustomRef;
 use crate::snapshot::{Encoded, Shard};
-use crate::state::Shared;
+use crate::state::{BodyKey, BodyVersion, Shared};
 
 mod ports;
 
@@ -137,15 +137,8 @@ pub struct Views {
     pub monitors: usize,
 }
 
-/// Bodies of views kept at most; past it the cache starts over (as `EncodedCache`).
-const MAX_BODIES: usize = 16_384;
-
-/// A view's body: the view it was built for, the base job's generation and the policies' (0 without
-/// Istio), the body.
-type ViewBody = (Arc<View>, (u64, u64), Arc<Encoded>);
-
-/// Which body: the job, the shard, the job's own targets or its Istio companion's.
-type ViewBodyKey = (String, Option<Shard>, Part);
+/// Port warnings of views kept at most; past it the map starts over.
+const MAX_PORT_WARNINGS: usize = 16_384;
 
 /// The monitors' state on `Shared`.
 #[derive(Debug, Default)]
@@ -154,9 +147,6 @@ pub struct MonitorState {
     views: RwLock<Arc<Views>>,
     /// The views were built from completely listed monitors (or no monitors are configured).
     built: AtomicBool,
-    /// (job name, shard) → (the view it was built for, base generation, body). A body is reused only
-    /// for the same view: a changed monitor is a new view with other rules, whose body shares nothing.
-    bodies: Mutex<HashMap<ViewBodyKey, ViewBody>>,
     /// Job name → (the view, base generation, its port warning): `ports`, computed on request.
     port_warnings: Mutex<HashMap<String, ports::Checked>>,
 }
@@ -204,85 +194,73 @@ impl Shared {
     /// The targets of body `part` of monitor job `view` (whole, not a shard) at its base job's
     /// published generation, once a request has built it; `None` before (never builds).
     pub fn view_served_targets(&self, view: &Arc<View>, part: Part) -> Option<usize> {
+        let key = BodyKey::View(view.job.name.clone(), None, part);
+        self.bodies
+            .built(&key, &self.view_version(view))
+            .map(|b| b.targets)
+    }
+
+    /// What a body of `view` is built from now: the view, its base job's published generation and,
+    /// for a view placing targets by Istio, the policies' generation.
+    fn view_version(&self, view: &Arc<View>) -> BodyVersion {
         let salt = view
             .istio
             .as_ref()
             .map_or(0, |_| self.istio.current().generation);
-        let generation = self.generation(view.base);
-        let bodies = self.monitors.bodies.lock().expect("bodies lock poisoned");
-        match bodies.get(&(view.job.name.clone(), None, part)) {
-            Some((v, g, body)) if Arc::ptr_eq(v, view) && *g == (generation, salt) => {
-                Some(body.targets)
-            }
-            _ => None,
-        }
+        BodyVersion::View(view.clone(), self.generation(view.base), salt)
     }
 
     /// The body `part` of monitor job `view` (one shard of it) at its base job's published
-    /// generation (and, for a view placing targets by Istio, under the current policies).
+    /// generation (and, for a view placing targets by Istio, under the current policies). A body
+    /// is built after an earlier one only of the same view: a changed monitor shares nothing.
     pub fn view_encoded(&self, view: &Arc<View>, shard: Option<Shard>, part: Part) -> Arc<Encoded> {
         let policies = view.istio.as_ref().map(|_| self.istio.current());
         let salt = policies.as_ref().map_or(0, |p| p.generation);
         let generation = self.generation(view.base);
-        let key = (view.job.name.clone(), shard, part);
-        let prev = {
-            let bodies = self.monitors.bodies.lock().expect("bodies lock poisoned");
-            match bodies.get(&key) {
-                Some((v, g, body)) if Arc::ptr_eq(v, view) && *g == (generation, salt) => {
-                    return body.clone();
+        let version = BodyVersion::View(view.clone(), generation, salt);
+        let key = BodyKey::View(view.job.name.clone(), shard, part);
+        let same_view =
+            |v: &BodyVersion| matches!(v, BodyVersion::View(w, _, _) if Arc::ptr_eq(w, view));
+        self.bodies.get_or_build(&key, version, |prev| {
+            let prev = prev.filter(|(v, _)| same_view(v)).map(|(_, b)| b);
+            let cut = self.cut_namespaces(view.base, &view.job.namespaces);
+            match (&view.istio, &policies) {
+                (Some(job), Some(set)) => {
+                    // Both parts in one pass, the other kept for its first request.
+                    let how = crate::snapshot::IstioEncoding {
+                        job,
+                        relabel: &view.relabel,
+                        policies: &set.policies,
+                        part,
+                        salt,
+                    };
+                    let other_key = BodyKey::View(view.job.name.clone(), shard, part.other());
+                    let prev_other = self
+                        .bodies
+                        .latest(&other_key)
+                        .filter(|(v, _)| same_view(v))
+                        .map(|(_, b)| b);
+                    let (own, theirs) = Encoded::build_istio_pair(
+                        prev.as_deref(),
+                        prev_other.as_deref(),
+                        cut.generation,
+                        &cut.groups,
+                        shard,
+                        &how,
+                    );
+                    let version = BodyVersion::View(view.clone(), cut.generation, salt);
+                    self.bodies.offer(other_key, version, Arc::new(theirs));
+                    own
                 }
-                Some((v, _, body)) if Arc::ptr_eq(v, view) => Some(body.clone()),
-                _ => None,
-            }
-        };
-        let cut = self.cut_namespaces(view.base, &view.job.namespaces);
-        let mut other = None;
-        let body = Arc::new(match (&view.istio, &policies) {
-            (Some(job), Some(set)) => {
-                // Both parts in one pass, the other kept for its first request.
-                let how = crate::snapshot::IstioEncoding {
-                    job,
-                    relabel: &view.relabel,
-                    policies: &set.policies,
-                    part,
-                    salt,
-                };
-                let other_key = (view.job.name.clone(), shard, part.other());
-                let prev_other = {
-                    let bodies = self.monitors.bodies.lock().expect("bodies lock poisoned");
-                    bodies
-                        .get(&other_key)
-                        .filter(|(v, _, _)| Arc::ptr_eq(v, view))
-                        .map(|(_, _, b)| b.clone())
-                };
-                let (own, theirs) = Encoded::build_istio_pair(
+                _ => Encoded::build_after(
                     prev.as_deref(),
-                    prev_other.as_deref(),
                     cut.generation,
                     &cut.groups,
                     shard,
-                    &how,
-                );
-                other = Some((other_key, Arc::new(theirs)));
-                own
+                    Some(&view.relabel),
+                ),
             }
-            _ => Encoded::build_after(
-                prev.as_deref(),
-                cut.generation,
-                &cut.groups,
-                shard,
-                Some(&view.relabel),
-            ),
-        });
-        let mut bodies = self.monitors.bodies.lock().expect("bodies lock poisoned");
-        if bodies.len() >= MAX_BODIES {
-            bodies.clear();
-        }
-        bodies.insert(key, (view.clone(), (cut.generation, salt), body.clone()));
-        if let Some((k, b)) = other {
-            bodies.insert(k, (view.clone(), (cut.generation, salt), b));
-        }
-        body
+        })
     }
 }
 

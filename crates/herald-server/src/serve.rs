@@ -33,6 +33,8 @@ pub struct ServeOptions {
     pub security: Security,
     /// Upstream objects larger than this are refused and counted; their last good version stays.
     pub max_object_bytes: usize,
+    /// The most the HTTP SD bodies kept between requests may hold (`bodies::BodyStore`).
+    pub body_budget_bytes: usize,
     /// prometheus-operator monitors served as jobs; the specs must include their base jobs
     /// (`job_specs` adds them).
     pub monitors: Option<herald_core::MonitorsConfig>,
@@ -49,6 +51,7 @@ impl Default for ServeOptions {
             kube: None,
             security: Security::default(),
             max_object_bytes: crate::frames::DEFAULT_MAX_OBJECT_BYTES,
+            body_budget_bytes: crate::bodies::DEFAULT_BUDGET_BYTES,
             monitors: None,
             istio: herald_core::IstioConfig::default(),
         }
@@ -425,6 +428,7 @@ impl Herald {
             options.istio.clone(),
         );
         shared.set_max_object_bytes(options.max_object_bytes);
+        shared.set_body_budget(options.body_budget_bytes);
         let listener = bind(options.listen).await?;
         let addr = local_addr(&listener, options.listen)?;
         let shutdown = shared.shutdown_token().clone();

@@ -1,20 +1,21 @@
-//! Encoded snapshots: one job (or one shard of it) at one generation, as HTTP SD JSON and gzip, with
-//! its ETag. Encoded once and shared by every response until the job changes.
+//! Encoded snapshots: one job (or one shard of it) at one generation, as HTTP SD JSON held in LZ4
+//! blocks (and gzip on ask), with its ETag. Encoded once and shared by every response while
+//! `bodies::BodyStore` keeps it; the next generation takes over its unchanged blocks.
 
 use std::collections::HashMap;
 use std::hash::BuildHasher as _;
-use std::io::Write as _;
 use std::ops::Range;
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, OnceLock};
 
-use bytes::Bytes;
-use flate2::Compression;
-use flate2::write::GzEncoder;
 use herald_core::istio::{APP_ANNOTATIONS_LABEL, IstioJob, Part, Policies, Served};
 use herald_core::{JobRelabel, LabelSet, hashmod};
 use md5::{Digest, Md5};
 
 use crate::compact::{Group, write_labeled_entry};
+
+mod blocks;
+
+pub use blocks::{BLOCK_BYTES, Block, GzipForm, Sending};
 
 /// Shard `index` of `count`, as Prometheus's `hashmod` on `__address__` with modulus `count` followed
 /// by `keep` on `index` (the relabelling prometheus-operator injects for `spec.shards`).
@@ -30,21 +31,57 @@ impl Shard {
     }
 }
 
-/// One encoded response body.
+/// One encoded response body, held as LZ4 blocks of whole groups (`blocks`).
 #[derive(Debug)]
 pub struct Encoded {
     pub generation: u64,
     pub targets: usize,
-    pub json: Bytes,
-    /// A strong ETag from the body's MD5, so equal content keeps its ETag across relists and restarts.
+    /// A strong ETag from the MD5 of the groups' entries' digests (each the MD5 of a group's entries,
+    /// made when they are written), so equal content keeps its ETag across relists and restarts
+    /// without hashing every byte of every generation.
     pub etag: String,
-    gzip: OnceLock<Bytes>,
-    /// Where each group's entries are in `json` (the group held, so its address cannot be reused):
-    /// the next generation's body copies the groups that did not change instead of encoding them.
-    spans: Vec<(Arc<Group>, Range<usize>, usize)>,
+    /// The identity body's length.
+    len: usize,
+    blocks: Vec<Arc<Block>>,
+    /// Each block's first group (an index into `groups`).
+    block_first: Vec<u32>,
+    /// Every group the body was built from, in order (held, so their addresses cannot be reused):
+    /// the next generation copies the groups and blocks that did not change instead of encoding them.
+    groups: Vec<Arc<Group>>,
+    /// Where the entries of each group that has some are, in group order.
+    spans: Vec<Span>,
     /// What besides the groups the body was built from (the PeerAuthentications' generation for an
-    /// Istio-aware job; 0 otherwise): spans are copied only between bodies of the same salt.
+    /// Istio-aware job; 0 otherwise): groups are copied only between bodies of the same salt.
     salt: u64,
+    gzip: OnceLock<Arc<GzipForm>>,
+    /// Blocks taken over from the previous generation (the others were compressed for this one).
+    blocks_taken: usize,
+}
+
+/// Where one group's entries are: in block `block`, `len` bytes from `start` (the comma before
+/// them excluded).
+#[derive(Debug, Clone, Copy)]
+struct Span {
+    start: usize,
+    len: usize,
+    digest: u64,
+    group: u32,
+    block: u32,
+    targets: u32,
+}
+
+/// What a held group and span cost besides the blocks.
+const GROUP_BYTES: usize = std::mem::size_of::<Arc<Group>>();
+const SPAN_BYTES: usize = std::mem::size_of::<Span>();
+
+/// The first 8 bytes of the MD5 of a group's entries.
+fn digest(entries: &[u8]) -> u64 {
+    let d = Md5::digest(entries);
+    u64::from_le_bytes(d[..8].try_into().expect("an MD5 digest has 16 bytes"))
+}
+
+fn index_u32(i: usize) -> u32 {
+    u32::try_from(i).expect("a body has fewer than 2^32 groups, blocks and targets per group")
 }
 
 /// How an Istio-aware job's body is built.
@@ -192,8 +229,9 @@ impl Encoded {
     /// The body of `groups`, each written by `write` (which appends entries, separated by commas,
     /// and counts them) or copied from `prev` when `prev` holds it and was built with the same
     /// `salt`. NB: encoding a group means sorting and escaping every label of every target; copying
-    /// its bytes is a memcpy. Under churn most groups of a large job are unchanged between
-    /// generations, so a new body costs about its size in copies plus the changed groups.
+    /// its bytes is a memcpy, and taking over a block of `prev` whose groups are all unchanged costs
+    /// nothing at all. Under churn most groups of a large job are unchanged between generations, so
+    /// a new body costs the blocks holding changed groups: expanded, rewritten, compressed again.
     fn build_with<'g>(
         prev: Option<&Encoded>,
         generation: u64,
@@ -202,50 +240,296 @@ impl Encoded {
         mut write: impl FnMut(&'g Group, &mut Vec<u8>, &mut usize),
     ) -> Encoded {
         let prev = prev.filter(|p| p.salt == salt);
-        let reuse: HashMap<*const Group, (Range<usize>, usize), foldhash::fast::RandomState> = prev
-            .map(|p| {
-                p.spans
-                    .iter()
-                    .map(|(g, r, n)| (Arc::as_ptr(g), (r.clone(), *n)))
-                    .collect()
-            })
-            .unwrap_or_default();
-        let prev_json = prev.map(|p| &p.json[..]).unwrap_or_default();
-        let mut json = Vec::with_capacity((prev_json.len() + prev_json.len() / 16).max(64 * 1024));
-        json.push(b'[');
+        let mut b = Builder::new(groups.len(), prev);
         let mut targets = 0;
-        let mut spans = Vec::with_capacity(groups.len());
-        for group in groups {
-            let before = targets;
-            let start = json.len() + usize::from(targets > 0);
-            if let Some((r, n)) = reuse.get(&Arc::as_ptr(group)) {
-                if *n > 0 {
-                    if targets > 0 {
-                        json.push(b',');
-                    }
-                    json.extend_from_slice(&prev_json[r.clone()]);
-                    targets += n;
-                }
-            } else {
-                write(group, &mut json, &mut targets);
+        let mut i = 0;
+        while i < groups.len() {
+            if let Some(taken) = b.take_block(&groups[i..], targets) {
+                targets += taken;
+                i += b.taken_groups;
+                continue;
             }
-            let range = if targets > before {
-                start..json.len()
-            } else {
-                start..start
-            };
-            spans.push((group.clone(), range, targets - before));
+            let group = &groups[i];
+            let before = targets;
+            let start = b.pending.len() + usize::from(targets > 0);
+            match b.reuse.get(&Arc::as_ptr(group)) {
+                Some(&Some(s)) => {
+                    let span = prev.expect("reused spans come from prev").spans[s as usize];
+                    if targets > 0 {
+                        b.pending.push(b',');
+                    }
+                    b.copy_span(span);
+                    targets += span.targets as usize;
+                    b.push_span(span.digest, start, span.targets as usize);
+                }
+                Some(None) => {} // no entries before, none now: the group did not change
+                None => {
+                    write(group, &mut b.pending, &mut targets);
+                    if targets > before {
+                        let d = digest(&b.pending[start..]);
+                        b.push_span(d, start, targets - before);
+                    }
+                }
+            }
+            b.group_done();
+            i += 1;
         }
-        json.push(b']');
-        // A grown buffer can hold twice its length; bodies of large jobs are hundreds of MB.
-        if json.capacity() > json.len() + json.len() / 8 {
-            json.shrink_to_fit();
+        b.finish(generation, groups, targets, salt)
+    }
+
+    /// The identity body's length.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    pub(crate) fn blocks(&self) -> &[Arc<Block>] {
+        &self.blocks
+    }
+
+    /// Blocks taken over unchanged from the body it was built after.
+    pub fn blocks_taken(&self) -> usize {
+        self.blocks_taken
+    }
+
+    /// The whole identity body (tests and tools; responses are sent block by block).
+    pub fn identity(&self) -> Vec<u8> {
+        let mut out = Vec::with_capacity(self.len);
+        let mut buf = Vec::new();
+        out.push(b'[');
+        for b in &self.blocks {
+            b.expand_into(&mut buf);
+            out.extend_from_slice(&buf);
         }
-        let json = Bytes::from(json);
-        let digest = Md5::digest(&json);
+        out.push(b']');
+        out
+    }
+
+    /// Bytes this body keeps: its blocks (LZ4, and deflated once the gzip form is made), their
+    /// bookkeeping and its groups' spans.
+    pub fn held_bytes(&self) -> usize {
+        std::mem::size_of::<Encoded>()
+            + self.blocks.iter().map(|b| b.held_bytes()).sum::<usize>()
+            + self.block_first.len() * 4
+            + self.groups.len() * GROUP_BYTES
+            + self.spans.len() * SPAN_BYTES
+            + self.gzip.get().map_or(0, |g| g.held_bytes())
+    }
+
+    /// The gzip form, made on first use from the blocks' deflated forms (deflating those not yet
+    /// deflated), and whether this call made it (its bytes are then newly held).
+    pub fn gzip(&self) -> (Arc<GzipForm>, bool) {
+        if let Some(g) = self.gzip.get() {
+            return (g.clone(), false);
+        }
+        let made = Arc::new(GzipForm::make(&self.blocks));
+        match self.gzip.set(made.clone()) {
+            Ok(()) => (made, true),
+            Err(_) => (
+                self.gzip.get().expect("set by another request").clone(),
+                false,
+            ),
+        }
+    }
+
+    /// The whole gzip body, as sent (tests).
+    #[cfg(test)]
+    pub fn gzip_bytes(self: &Arc<Self>) -> Vec<u8> {
+        use http_body::Body as _;
+        let (g, _) = self.gzip();
+        let mut out = Vec::with_capacity(g.len());
+        let mut sending = Sending::gzip(self.clone(), g);
+        let waker = std::task::Waker::noop();
+        let mut cx = std::task::Context::from_waker(waker);
+        while let std::task::Poll::Ready(Some(Ok(frame))) =
+            std::pin::Pin::new(&mut sending).poll_frame(&mut cx)
+        {
+            out.extend_from_slice(frame.data_ref().expect("data frames only"));
+        }
+        out
+    }
+}
+
+/// A body under construction: the blocks closed so far and the entries of the one being written.
+struct Builder<'p> {
+    prev: Option<&'p Encoded>,
+    /// Group of `prev` → its span there (`None`: it had no entries).
+    reuse: HashMap<*const Group, Option<u32>, foldhash::fast::RandomState>,
+    /// First group of each block of `prev` → the block.
+    block_at: HashMap<*const Group, u32, foldhash::fast::RandomState>,
+    /// The block of `prev` expanded last (copying groups one by one), and its bytes.
+    expanded: Option<u32>,
+    expanded_buf: Vec<u8>,
+    pending: Vec<u8>,
+    /// Groups seen so far; the first one of the pending block.
+    group_count: usize,
+    pending_first: usize,
+    blocks: Vec<Arc<Block>>,
+    block_first: Vec<u32>,
+    spans: Vec<Span>,
+    len: usize,
+    /// Groups the last `take_block` took.
+    taken_groups: usize,
+    taken_blocks: usize,
+}
+
+impl<'p> Builder<'p> {
+    fn new(groups: usize, prev: Option<&'p Encoded>) -> Builder<'p> {
+        let mut reuse = HashMap::default();
+        let mut block_at = HashMap::default();
+        if let Some(p) = prev {
+            reuse.reserve(p.groups.len());
+            let mut spans = p.spans.iter().enumerate().peekable();
+            for (g, group) in p.groups.iter().enumerate() {
+                let span = spans
+                    .next_if(|(_, s)| s.group as usize == g)
+                    .map(|(i, _)| index_u32(i));
+                reuse.insert(Arc::as_ptr(group), span);
+            }
+            for (b, first) in p.block_first.iter().enumerate() {
+                block_at.insert(Arc::as_ptr(&p.groups[*first as usize]), index_u32(b));
+            }
+        }
+        Builder {
+            prev,
+            reuse,
+            block_at,
+            expanded: None,
+            expanded_buf: Vec::new(),
+            pending: Vec::with_capacity(BLOCK_BYTES + BLOCK_BYTES / 4),
+            group_count: 0,
+            pending_first: 0,
+            blocks: Vec::with_capacity(prev.map_or(0, |p| p.blocks.len() + 8)),
+            block_first: Vec::with_capacity(prev.map_or(0, |p| p.blocks.len() + 8)),
+            spans: Vec::with_capacity(prev.map_or(groups / 8, |p| p.spans.len() + 64)),
+            len: 1,
+            taken_groups: 0,
+            taken_blocks: 0,
+        }
+    }
+
+    /// Takes over the block of `prev` that starts with `groups[0]` if its groups are the next ones
+    /// and it fits after `targets` entries; returns the targets it holds. NB: a small pending block
+    /// is not closed to take one over (it would stay small in every later generation): its next
+    /// groups are copied into it instead.
+    fn take_block(&mut self, groups: &[Arc<Group>], targets: usize) -> Option<usize> {
+        let prev = self.prev?;
+        let &b = self.block_at.get(&Arc::as_ptr(&groups[0]))?;
+        if self.group_count > self.pending_first && self.pending.len() < BLOCK_BYTES / 4 {
+            return None;
+        }
+        let first = prev.block_first[b as usize] as usize;
+        let end = prev
+            .block_first
+            .get(b as usize + 1)
+            .map_or(prev.groups.len(), |f| *f as usize);
+        let block = &prev.blocks[b as usize];
+        let n = end - first;
+        if groups.len() < n
+            || !block.fits_after(targets)
+            || !prev.groups[first..end]
+                .iter()
+                .zip(&groups[..n])
+                .all(|(a, b)| Arc::ptr_eq(a, b))
+        {
+            return None;
+        }
+        self.close_block();
+        let here = index_u32(self.blocks.len());
+        let shift = self.group_count as i64 - first as i64;
+        let from = prev.spans.partition_point(|s| (s.group as usize) < first);
+        for s in prev.spans[from..]
+            .iter()
+            .take_while(|s| (s.group as usize) < end)
+        {
+            let mut s = *s;
+            s.block = here;
+            s.group = index_u32((s.group as i64 + shift) as usize);
+            self.spans.push(s);
+        }
+        self.block_first.push(index_u32(self.group_count));
+        self.blocks.push(block.clone());
+        self.len += block.raw_len();
+        self.group_count += n;
+        self.pending_first = self.group_count;
+        self.taken_groups = n;
+        self.taken_blocks += 1;
+        Some(block.targets())
+    }
+
+    /// Appends the entries of `span` (of `prev`) to the pending block.
+    fn copy_span(&mut self, span: Span) {
+        let prev = self.prev.expect("spans are copied from prev");
+        if self.expanded != Some(span.block) {
+            prev.blocks[span.block as usize].expand_into(&mut self.expanded_buf);
+            self.expanded = Some(span.block);
+        }
+        self.pending
+            .extend_from_slice(&self.expanded_buf[span.start..span.start + span.len]);
+    }
+
+    /// Records the current group's entries, from `start` in the pending block to its end.
+    fn push_span(&mut self, digest: u64, start: usize, targets: usize) {
+        self.spans.push(Span {
+            start,
+            len: self.pending.len() - start,
+            digest,
+            group: index_u32(self.group_count),
+            block: index_u32(self.blocks.len()),
+            targets: index_u32(targets),
+        });
+    }
+
+    /// The current group is written.
+    fn group_done(&mut self) {
+        self.group_count += 1;
+        if self.pending.len() >= BLOCK_BYTES {
+            self.close_block();
+        }
+    }
+
+    /// Compresses the pending block (if it holds any group) and starts another.
+    fn close_block(&mut self) {
+        if self.group_count == self.pending_first {
+            return;
+        }
+        let first_targets = self
+            .spans
+            .iter()
+            .rev()
+            .take_while(|s| s.block as usize == self.blocks.len())
+            .map(|s| s.targets as usize)
+            .sum::<usize>();
+        let leading_comma = self.pending.first() == Some(&b',');
+        self.blocks.push(Arc::new(Block::compress(
+            &self.pending,
+            first_targets,
+            leading_comma,
+        )));
+        self.block_first.push(index_u32(self.pending_first));
+        self.len += self.pending.len();
+        self.pending.clear();
+        self.pending_first = self.group_count;
+    }
+
+    fn finish(
+        mut self,
+        generation: u64,
+        groups: &[Arc<Group>],
+        targets: usize,
+        salt: u64,
+    ) -> Encoded {
+        self.close_block();
+        let mut md5 = Md5::new();
+        for s in &self.spans {
+            md5.update(s.digest.to_le_bytes());
+        }
         let etag = format!(
             "\"{}\"",
-            digest
+            md5.finalize()
                 .iter()
                 .map(|b| format!("{b:02x}"))
                 .collect::<String>()
@@ -253,28 +537,16 @@ impl Encoded {
         Encoded {
             generation,
             targets,
-            json,
             etag,
-            gzip: OnceLock::new(),
-            spans,
+            len: self.len + 1,
+            blocks: self.blocks,
+            block_first: self.block_first,
+            groups: groups.to_vec(),
+            spans: self.spans,
             salt,
+            gzip: OnceLock::new(),
+            blocks_taken: self.taken_blocks,
         }
-    }
-
-    /// The gzip body, compressed on first use and kept.
-    pub fn gzip(&self) -> Bytes {
-        self.gzip
-            .get_or_init(|| {
-                let mut enc =
-                    GzEncoder::new(Vec::with_capacity(self.json.len() / 4), Compression::fast());
-                enc.write_all(&self.json)
-                    .expect("writing to an in-memory gzip encoder cannot fail");
-                Bytes::from(
-                    enc.finish()
-                        .expect("finishing an in-memory gzip encoder cannot fail"),
-                )
-            })
-            .clone()
     }
 }
 
@@ -316,87 +588,6 @@ fn write_part(served: &[Served], part: Part, json: &mut Vec<u8>, targets: &mut u
         }
         write_labeled_entry(json, address, labels);
         *targets += 1;
-    }
-}
-
-/// At most this many (job, shard) bodies are kept; beyond it the cache starts over. Bounds memory
-/// when clients ask for many different shard counts.
-const MAX_ENTRIES: usize = 4096;
-
-type Slot = Arc<OnceLock<Arc<Encoded>>>;
-
-/// A body is cached per job and shard (`None`: the whole job).
-type SlotKey = (usize, Option<Shard>);
-
-/// The latest encoded body per (job, shard), keyed with the generation it was requested at.
-#[derive(Debug, Default)]
-pub struct EncodedCache {
-    slots: Mutex<HashMap<SlotKey, (u64, Slot)>>,
-}
-
-impl EncodedCache {
-    /// The body built for `job`/`shard` last, whatever its generation.
-    pub fn latest(&self, job: usize, shard: Option<Shard>) -> Option<Arc<Encoded>> {
-        let slots = self.slots.lock().expect("encoded cache lock poisoned");
-        slots.get(&(job, shard)).and_then(|(_, s)| s.get().cloned())
-    }
-
-    /// Keeps `body` as `job`/`shard`'s at `generation`, built alongside another body, unless a
-    /// body of that generation (or a later one) is there or being built.
-    pub fn offer(&self, job: usize, shard: Option<Shard>, generation: u64, body: Arc<Encoded>) {
-        let mut slots = self.slots.lock().expect("encoded cache lock poisoned");
-        match slots.get(&(job, shard)) {
-            // NB: never `OnceLock::set` a slot of this generation: `set` waits for a build under
-            // way, and that build (the sibling's request, at once) may be waiting to offer this
-            // thread's job its body: a deadlock, with the map lock held. It finishes by itself.
-            Some((g, _)) if *g >= generation => {}
-            _ => {
-                if slots.len() >= MAX_ENTRIES {
-                    slots.clear();
-                }
-                let slot: Slot = Arc::new(OnceLock::from(body));
-                slots.insert((job, shard), (generation, slot));
-            }
-        }
-    }
-
-    /// The body of `job`/`shard` at `generation` if one is built (never builds, never waits).
-    pub fn built(&self, job: usize, shard: Option<Shard>, generation: u64) -> Option<Arc<Encoded>> {
-        let slots = self.slots.lock().expect("encoded cache lock poisoned");
-        match slots.get(&(job, shard)) {
-            Some((g, slot)) if *g == generation => slot.get().cloned(),
-            _ => None,
-        }
-    }
-
-    /// The body of `job`/`shard` at `generation`, built by `build` if this is the first request for
-    /// it; `build` is handed the body of the generation before, when one was built, to copy from.
-    /// Concurrent first requests wait for one build instead of each encoding.
-    pub fn get_or_build(
-        &self,
-        job: usize,
-        shard: Option<Shard>,
-        generation: u64,
-        build: impl FnOnce(Option<&Encoded>) -> Encoded,
-    ) -> Arc<Encoded> {
-        let (slot, prev) = {
-            let mut slots = self.slots.lock().expect("encoded cache lock poisoned");
-            match slots.get(&(job, shard)) {
-                Some((g, slot)) if *g == generation => (slot.clone(), None),
-                old => {
-                    let prev = old.and_then(|(_, slot)| slot.get().cloned());
-                    if slots.len() >= MAX_ENTRIES {
-                        slots.clear();
-                    }
-                    let slot: Slot = Arc::default();
-                    slots.insert((job, shard), (generation, slot.clone()));
-                    (slot, prev)
-                }
-            }
-        };
-        // Outside the map lock: other keys stay available while this one encodes.
-        slot.get_or_init(|| Arc::new(build(prev.as_deref())))
-            .clone()
     }
 }
 
@@ -451,10 +642,10 @@ mod tests {
             .collect();
         let entries: Vec<_> = groups.iter().flat_map(http_sd_entries).collect();
         let e = Encoded::build(1, &fragments, None);
-        assert_eq!(e.json.to_vec(), encode_http_sd(&entries));
+        assert_eq!(e.identity(), encode_http_sd(&entries));
         assert_eq!(e.targets, 3);
         let empty = Encoded::build(1, &[], Some(Shard { index: 0, count: 2 }));
-        assert_eq!(&empty.json[..], b"[]");
+        assert_eq!(&empty.identity()[..], b"[]");
     }
 
     #[test]
@@ -471,7 +662,7 @@ mod tests {
         .expect("rules");
         let relabel = JobRelabel::new(rules, false).expect("valid");
         let e = Encoded::build_after(None, 1, &groups, None, Some(&relabel));
-        let v: serde_json::Value = serde_json::from_slice(&e.json).expect("json");
+        let v: serde_json::Value = serde_json::from_slice(&e.identity()).expect("json");
         let addresses: Vec<&str> = v
             .as_array()
             .expect("array")
@@ -487,7 +678,7 @@ mod tests {
         .expect("rules");
         let relabel = JobRelabel::new(keep_port, false).expect("valid");
         let e = Encoded::build_after(None, 1, &groups, None, Some(&relabel));
-        assert_eq!(e.targets, 5, "{}", String::from_utf8_lossy(&e.json));
+        assert_eq!(e.targets, 5, "{}", String::from_utf8_lossy(&e.identity()));
     }
 
     /// A pod group in `ns` with the sidecar (or not), its targets on `ports`.
@@ -550,9 +741,12 @@ mod tests {
             Encoded::build_istio_pair(None, None, 1, &groups, None, &how(Part::Plain));
         let (mtls2, plain2) =
             Encoded::build_istio_pair(None, None, 1, &groups, None, &how(Part::Mtls));
-        assert_eq!((&plain.json, &mtls.json), (&plain2.json, &mtls2.json));
+        assert_eq!(
+            (plain.identity(), mtls.identity()),
+            (plain2.identity(), mtls2.identity())
+        );
         let addresses = |e: &Encoded| -> Vec<String> {
-            let v: serde_json::Value = serde_json::from_slice(&e.json).expect("json");
+            let v: serde_json::Value = serde_json::from_slice(&e.identity()).expect("json");
             v.as_array()
                 .expect("array")
                 .iter()
@@ -578,10 +772,16 @@ mod tests {
             None,
             &how(Part::Plain),
         );
-        assert_eq!((&p3.json, &m3.json), (&fresh.0.json, &fresh.1.json));
+        assert_eq!(
+            (p3.identity(), m3.identity()),
+            (fresh.0.identity(), fresh.1.identity())
+        );
         let (m4, p4) =
             Encoded::build_istio_pair(Some(&mtls), None, 2, &groups, None, &how(Part::Mtls));
-        assert_eq!((&p4.json, &m4.json), (&fresh.0.json, &fresh.1.json));
+        assert_eq!(
+            (p4.identity(), m4.identity()),
+            (fresh.0.identity(), fresh.1.identity())
+        );
         assert_eq!(p4.targets, 4);
     }
 
@@ -603,7 +803,7 @@ mod tests {
         let mut seen = Vec::new();
         for index in 0..3 {
             let e = Encoded::build(1, &groups, Some(Shard { index, count: 3 }));
-            let v: serde_json::Value = serde_json::from_slice(&e.json).expect("json");
+            let v: serde_json::Value = serde_json::from_slice(&e.identity()).expect("json");
             for entry in v.as_array().expect("array") {
                 let t = entry["targets"][0].as_str().expect("target").to_string();
                 assert_eq!(hashmod(&t, 3), index);
@@ -633,70 +833,118 @@ mod tests {
             let groups = [a.clone(), b2, c.clone()];
             let next = Encoded::build_after(Some(&first), 2, &groups, shard, None);
             let fresh = Encoded::build(2, &groups, shard);
-            assert_eq!(next.json, fresh.json, "{shard:?}");
+            assert_eq!(next.identity(), fresh.identity(), "{shard:?}");
             assert_eq!(next.targets, fresh.targets);
             assert_eq!(next.etag, fresh.etag);
             let again = Encoded::build_after(Some(&next), 3, &groups, shard, None);
-            assert_eq!(again.json, fresh.json, "copied whole: {shard:?}");
+            assert_eq!(
+                again.identity(),
+                fresh.identity(),
+                "copied whole: {shard:?}"
+            );
         }
     }
 
     #[test]
     fn gzip_body_inflates_to_the_json_body() {
-        let e = Encoded::build(1, &[mk_group("a", &["1.1.1.1:80", "1.1.1.2:80"])], None);
+        let e = Arc::new(Encoded::build(
+            1,
+            &[mk_group("a", &["1.1.1.1:80", "1.1.1.2:80"])],
+            None,
+        ));
         let mut out = Vec::new();
-        flate2::read::GzDecoder::new(&e.gzip()[..])
+        flate2::read::GzDecoder::new(&e.gzip_bytes()[..])
             .read_to_end(&mut out)
             .expect("valid gzip");
-        assert_eq!(out, e.json.to_vec());
+        assert_eq!(out, e.identity());
+        assert_eq!(e.gzip_bytes().len(), e.gzip().0.len());
+    }
+
+    /// Groups large enough that a body has many blocks: `n` groups of `width` targets each, with
+    /// long labels, the group `g` at version `v[g]`.
+    fn mk_versions(versions: &[u32], width: usize) -> Vec<Arc<Group>> {
+        let interner = Interner::default();
+        versions
+            .iter()
+            .enumerate()
+            .map(|(g, v)| {
+                Arc::new(Group::of(
+                    &TargetGroup {
+                        source: format!("g{g}"),
+                        targets: (0..(width + *v as usize % 3)
+                            * usize::from(g % 5 != 0 || *v % 2 == 1))
+                            .map(|t| {
+                                LabelSet::from([
+                                    ("__address__".to_string(), format!("127.1.{g}.{t}:80")),
+                                    ("version".to_string(), format!("{v}-{}", "x".repeat(1500))),
+                                ])
+                            })
+                            .collect(),
+                        labels: LabelSet::from([("g".to_string(), g.to_string())]),
+                    },
+                    &interner,
+                ))
+            })
+            .collect()
     }
 
     #[test]
-    fn the_cache_builds_once_per_generation() {
-        let cache = EncodedCache::default();
-        let groups = vec![mk_group("a", &["1.1.1.1:80"])];
-        let mut builds = 0;
-        for _ in 0..3 {
-            cache.get_or_build(0, None, 1, |_| {
-                builds += 1;
-                Encoded::build(1, &groups, None)
-            });
+    fn bodies_built_generation_after_generation_equal_fresh_builds_and_take_over_unchanged_blocks()
+    {
+        let mut versions = vec![0u32; 600];
+        for (shard, width) in [
+            (None, 6),
+            (Some(Shard { index: 1, count: 3 }), 6),
+            (Some(Shard { index: 0, count: 2 }), 3),
+        ] {
+            let mut groups = mk_versions(&versions, width);
+            let mut prev = Arc::new(Encoded::build(1, &groups, shard));
+            assert!(prev.blocks().len() > 3, "{} blocks", prev.blocks().len());
+            // A fixed pseudo-random walk: groups change, vanish and appear, including the first.
+            let mut x: u64 = 11;
+            for generation in 2..24 {
+                for _ in 0..3 {
+                    x = x.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1);
+                    let g = (x >> 33) as usize % versions.len();
+                    versions[g] += 1;
+                    // A changed group is a new `Arc`; unchanged ones keep theirs, as in the index.
+                    groups[g] = mk_versions(&versions[g..=g], width).remove(0);
+                }
+                if generation % 7 == 0 {
+                    versions.remove(generation as usize);
+                    groups.remove(generation as usize);
+                    versions.insert(0, generation as u32);
+                    groups.insert(0, mk_versions(&[generation as u32], 2).remove(0));
+                }
+                // Deletions and insertions anywhere, as pods come and go.
+                for _ in 0..2 {
+                    x = x.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1);
+                    let at = (x >> 33) as usize % versions.len();
+                    if x & 1 == 0 {
+                        versions.remove(at);
+                        groups.remove(at);
+                    } else {
+                        versions.insert(at, generation as u32 + 1);
+                        groups.insert(at, mk_versions(&[generation as u32 + 1], width).remove(0));
+                    }
+                }
+                let next = Encoded::build_after(Some(&prev), generation, &groups, shard, None);
+                let want = Encoded::build(generation, &groups, shard);
+                assert_eq!(next.identity(), want.identity(), "generation {generation}");
+                assert_eq!(next.etag, want.etag, "generation {generation}");
+                assert_eq!(next.targets, want.targets);
+                assert_eq!(next.len(), want.identity().len());
+                let v: serde_json::Value =
+                    serde_json::from_slice(&next.identity()).expect("valid json");
+                assert_eq!(v.as_array().expect("array").len(), next.targets);
+                prev = Arc::new(next);
+            }
+            assert!(prev.blocks_taken() > 0, "unchanged blocks are taken over");
+            let mut out = Vec::new();
+            flate2::read::GzDecoder::new(&prev.gzip_bytes()[..])
+                .read_to_end(&mut out)
+                .expect("valid gzip");
+            assert_eq!(out, prev.identity());
         }
-        assert_eq!(builds, 1);
-        cache.get_or_build(0, None, 2, |_| {
-            builds += 1;
-            Encoded::build(2, &groups, None)
-        });
-        assert_eq!(builds, 2);
-    }
-
-    /// As `Shared::encoded` does for an Istio-aware job (0) and its companion (1) asked for at the
-    /// same generation at once: each build offers the other its body while the other's is under way.
-    #[test]
-    fn a_job_and_its_companion_built_at_once_both_answer() {
-        use std::sync::Barrier;
-        use std::time::Duration;
-
-        let cache = Arc::new(EncodedCache::default());
-        let barrier = Arc::new(Barrier::new(2));
-        let (tx, rx) = std::sync::mpsc::channel();
-        for (own, sibling) in [(0usize, 1usize), (1, 0)] {
-            let (cache, barrier, tx) = (cache.clone(), barrier.clone(), tx.clone());
-            std::thread::spawn(move || {
-                let body = cache.get_or_build(own, None, 1, |_| {
-                    barrier.wait(); // both builds under way
-                    cache.offer(sibling, None, 1, Arc::new(Encoded::build(1, &[], None)));
-                    Encoded::build(1, &[], None)
-                });
-                tx.send(body.generation).expect("the test waits");
-            });
-        }
-        for _ in 0..2 {
-            let answered = rx.recv_timeout(Duration::from_secs(10));
-            assert_eq!(answered, Ok(1), "both requests are answered (no deadlock)");
-        }
-        // A later generation offered by a sibling is kept for its first request.
-        cache.offer(0, None, 2, Arc::new(Encoded::build(2, &[], None)));
-        assert_eq!(cache.built(0, None, 2).map(|b| b.generation), Some(2));
     }
 }

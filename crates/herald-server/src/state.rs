@@ -14,12 +14,42 @@ use tokio_util::sync::CancellationToken;
 use kube_face::scan::Wanted;
 use kube_face::{Entry, ResId};
 
+use crate::bodies::BodyStore;
 use crate::cache::{Cache, Change, Ingested, SwapStats};
 use crate::cluster::{ObjectKey, Stored, StoredObject, WatchKind};
 use crate::filter::JobSpec;
 use crate::index::{Changed, Index};
 use crate::metrics::{JobLabels, Metrics};
-use crate::snapshot::{Encoded, EncodedCache, Shard};
+use crate::snapshot::{Encoded, Shard};
+
+/// Which body the store keeps: a configured job's or a monitor job's (its name, and which of its
+/// Istio parts), whole or one shard.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum BodyKey {
+    Job(usize, Option<Shard>),
+    View(String, Option<Shard>, herald_core::istio::Part),
+}
+
+/// What a kept body was built from: a job's generation; a monitor job's view (the same `Arc`: a
+/// changed monitor is a new view with other rules), its base job's generation and the Istio
+/// policies' generation (0 without Istio).
+#[derive(Debug, Clone)]
+pub enum BodyVersion {
+    Job(u64),
+    View(Arc<crate::monitors::View>, u64, u64),
+}
+
+impl PartialEq for BodyVersion {
+    fn eq(&self, other: &Self) -> bool {
+        match (self, other) {
+            (BodyVersion::Job(a), BodyVersion::Job(b)) => a == b,
+            (BodyVersion::View(v, g, s), BodyVersion::View(w, h, t)) => {
+                Arc::ptr_eq(v, w) && g == h && s == t
+            }
+            _ => false,
+        }
+    }
+}
 
 /// A job's public identity and its change signal.
 #[derive(Debug)]
@@ -84,7 +114,8 @@ pub struct Shared {
     by_name: HashMap<String, usize>,
     /// The kinds some job needs.
     kinds: Vec<WatchKind>,
-    bodies: EncodedCache,
+    /// The bodies kept between requests, within the body budget.
+    pub bodies: BodyStore<BodyKey, BodyVersion>,
     pub metrics: Metrics,
     registry: Registry,
     /// SD responses sent (200 and 304), for the demo's summary line.
@@ -253,7 +284,7 @@ impl Shared {
             jobs,
             by_name,
             kinds,
-            bodies: EncodedCache::default(),
+            bodies: BodyStore::new(crate::bodies::DEFAULT_BUDGET_BYTES, metrics.bodies.clone()),
             metrics,
             registry,
             served: AtomicU64::new(0),
@@ -278,6 +309,11 @@ impl Shared {
     /// Sets the largest upstream object accepted (before the feeds start).
     pub fn set_max_object_bytes(&self, bytes: usize) {
         self.max_object_bytes.store(bytes.max(1), Ordering::Relaxed);
+    }
+
+    /// The most the kept SD bodies may hold (`bodies::BodyStore`); what no longer fits is evicted.
+    pub fn set_body_budget(&self, bytes: usize) {
+        self.bodies.set_budget(bytes);
     }
 
     /// Cancelled when herald stops.
@@ -500,44 +536,54 @@ impl Shared {
     /// are served without the index lock, so a long relist being applied never delays a response.
     pub fn encoded(&self, j: usize, shard: Option<Shard>) -> Arc<Encoded> {
         let generation = *self.jobs[j].generation_tx.borrow();
-        self.bodies.get_or_build(j, shard, generation, |prev| {
-            // Only a new (job, shard, generation) takes the lock, to cut; encoding runs outside it.
-            let job = &self.jobs[j];
-            let cut = self.index().cut(job.source);
-            let relabel = job.relabel.as_deref();
-            match (&job.istio, relabel) {
-                (Some((istio, part)), Some(relabel)) => {
-                    // An Istio-aware job and its companion place the same targets: both bodies are
-                    // built in one pass, the other one kept for its first request.
-                    let sibling = match part {
-                        herald_core::istio::Part::Plain => job.companions.first().copied(),
-                        herald_core::istio::Part::Mtls => Some(job.source),
-                    };
-                    let set = self.istio.current();
-                    let how = crate::snapshot::IstioEncoding {
-                        job: istio,
-                        relabel,
-                        policies: &set.policies,
-                        part: *part,
-                        salt: set.generation,
-                    };
-                    let prev_other = sibling.and_then(|s| self.bodies.latest(s, shard));
-                    let (own, other) = Encoded::build_istio_pair(
-                        prev,
-                        prev_other.as_deref(),
-                        cut.generation,
-                        &cut.groups,
-                        shard,
-                        &how,
-                    );
-                    if let Some(s) = sibling {
-                        self.bodies.offer(s, shard, generation, Arc::new(other));
+        let key = BodyKey::Job(j, shard);
+        self.bodies
+            .get_or_build(&key, BodyVersion::Job(generation), |prev| {
+                let prev = prev.map(|(_, body)| body);
+                let prev = prev.as_deref();
+                // Only a new (job, shard, generation) takes the lock, to cut; encoding runs outside it.
+                let job = &self.jobs[j];
+                let cut = self.index().cut(job.source);
+                let relabel = job.relabel.as_deref();
+                match (&job.istio, relabel) {
+                    (Some((istio, part)), Some(relabel)) => {
+                        // An Istio-aware job and its companion place the same targets: both bodies are
+                        // built in one pass, the other one kept for its first request.
+                        let sibling = match part {
+                            herald_core::istio::Part::Plain => job.companions.first().copied(),
+                            herald_core::istio::Part::Mtls => Some(job.source),
+                        };
+                        let set = self.istio.current();
+                        let how = crate::snapshot::IstioEncoding {
+                            job: istio,
+                            relabel,
+                            policies: &set.policies,
+                            part: *part,
+                            salt: set.generation,
+                        };
+                        let prev_other =
+                            sibling.and_then(|s| self.bodies.latest(&BodyKey::Job(s, shard)));
+                        let prev_other = prev_other.map(|(_, b)| b);
+                        let (own, other) = Encoded::build_istio_pair(
+                            prev,
+                            prev_other.as_deref(),
+                            cut.generation,
+                            &cut.groups,
+                            shard,
+                            &how,
+                        );
+                        if let Some(s) = sibling {
+                            self.bodies.offer(
+                                BodyKey::Job(s, shard),
+                                BodyVersion::Job(generation),
+                                Arc::new(other),
+                            );
+                        }
+                        own
                     }
-                    own
+                    _ => Encoded::build_after(prev, cut.generation, &cut.groups, shard, relabel),
                 }
-                _ => Encoded::build_after(prev, cut.generation, &cut.groups, shard, relabel),
-            }
-        })
+            })
     }
 
     /// The PeerAuthentications changed: every Istio-aware job gets a new generation.
@@ -577,7 +623,9 @@ impl Shared {
     pub fn served_targets(&self, j: usize) -> Option<usize> {
         let job = &self.jobs[j];
         let generation = *job.generation_tx.borrow();
-        self.bodies.built(j, None, generation).map(|b| b.targets)
+        self.bodies
+            .built(&BodyKey::Job(j, None), &BodyVersion::Job(generation))
+            .map(|b| b.targets)
     }
 
     /// Objects cached per served resource (by plural name).

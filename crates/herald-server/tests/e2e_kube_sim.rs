@@ -75,6 +75,20 @@ fn loopback_cluster() -> ClusterSpec {
 }
 
 async fn start(churn: f64, initial_list: InitialList) -> (Sim, Herald, Vec<JobSpec>) {
+    start_with_budget(
+        churn,
+        initial_list,
+        herald_server::bodies::DEFAULT_BUDGET_BYTES,
+    )
+    .await
+}
+
+/// As `start`, the bodies herald keeps bounded by `budget` bytes.
+async fn start_with_budget(
+    churn: f64,
+    initial_list: InitialList,
+    budget: usize,
+) -> (Sim, Herald, Vec<JobSpec>) {
     // Logs only with RUST_LOG set; captured per test by the test harness.
     let _ = tracing_subscriber::fmt()
         .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
@@ -95,6 +109,7 @@ async fn start(churn: f64, initial_list: InitialList) -> (Sim, Herald, Vec<JobSp
         kube::Config::new(sim.url().parse().expect("url")),
         ServeOptions {
             initial_list,
+            body_budget_bytes: budget,
             ..ServeOptions::default()
         },
     )
@@ -378,13 +393,146 @@ fn mk_extra_pod(i: usize) -> k8s_openapi::api::core::v1::Pod {
 }
 
 fn relists(herald: &Herald) -> u64 {
+    metric(herald, "herald_upstream_relists_total{")
+}
+
+/// The sum of the samples whose line starts with `prefix`.
+fn metric(herald: &Herald, prefix: &str) -> u64 {
     let mut text = String::new();
     prometheus_client::encoding::text::encode(&mut text, herald.shared().registry())
         .expect("encode");
     text.lines()
-        .filter(|l| l.starts_with("herald_upstream_relists_total{"))
+        .filter(|l| l.starts_with(prefix))
         .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
         .sum()
+}
+
+/// Shard `index` of `count` of a whole body: its entries whose address Prometheus's `hashmod` puts
+/// there, in order, byte for byte (herald writes no whitespace, so entries join with commas).
+fn shard_of(whole: &[u8], index: u64, count: u64) -> Vec<u8> {
+    let entries: Vec<&serde_json::value::RawValue> =
+        serde_json::from_slice(whole).expect("a json array");
+    let kept: Vec<&str> = entries
+        .into_iter()
+        .filter(|e| {
+            let v: serde_json::Value = serde_json::from_str(e.get()).expect("an entry");
+            let address = v["targets"][0].as_str().expect("an address");
+            herald_core::hashmod(address, count) == index
+        })
+        .map(|e| e.get())
+        .collect();
+    format!("[{}]", kept.join(",")).into_bytes()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_a_budget_too_small_for_any_body_every_job_still_equals_kube_sim_s_state() {
+    // One byte: no body is ever kept, every request builds its own and drops it.
+    let (sim, herald, specs) = start_with_budget(30.0, InitialList::Auto, 1).await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    sim.handle().set_churn(0.0);
+    assert_converges(&sim, &herald, &specs, Duration::from_secs(20)).await;
+    assert_eq!(herald.shared().bodies.held(), 0);
+    let builds = metric(&herald, "herald_sd_body_builds_total");
+    let evictions = metric(&herald, "herald_sd_body_evictions_total");
+    assert!(builds >= specs.len() as u64, "{builds} builds");
+    assert_eq!(evictions, builds, "every body built was evicted at once");
+    // gzip too: each request deflates its own body's blocks.
+    let client = reqwest::Client::builder()
+        .gzip(true)
+        .build()
+        .expect("client");
+    let state = ClusterState::read(&sim.handle());
+    for spec in &specs {
+        let res = client
+            .get(format!("{}/sd/v1/{}", herald.url(), spec.name))
+            .header("accept-encoding", "gzip")
+            .send()
+            .await
+            .expect("herald answers");
+        let body = res.bytes().await.expect("body");
+        assert_eq!(&body[..], &state.expected_body(spec)[..], "{}", spec.name);
+    }
+    herald.stop().await;
+    sim.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn more_distinct_bodies_than_the_budget_holds_asked_at_once_each_equal_the_reference() {
+    let (sim, herald, specs) = start_with_budget(0.0, InitialList::Auto, usize::MAX).await;
+    let state = ClusterState::read(&sim.handle());
+    let client = reqwest::Client::new();
+    // Room for about two whole `pods` bodies; the requests below ask for ~20 bodies' worth.
+    fetch(&client, &herald, "pods").await;
+    let budget = herald.shared().bodies.held() * 2;
+    herald.shared().set_body_budget(budget);
+    let herald = Arc::new(herald);
+    let done = Arc::new(AtomicBool::new(false));
+    let watcher = {
+        let (herald, done) = (herald.clone(), done.clone());
+        tokio::spawn(async move {
+            let mut most = 0;
+            while !done.load(Ordering::Relaxed) {
+                most = most.max(herald.shared().bodies.held());
+                tokio::time::sleep(Duration::from_millis(1)).await;
+            }
+            most
+        })
+    };
+    let jobs = ["pods", "pods-meta", "endpointslices", "pods-relabeled"];
+    let mut requests = Vec::new();
+    for round in 0..2 {
+        for job in jobs {
+            let want_whole = state.expected_body(
+                specs
+                    .iter()
+                    .find(|s| s.name == job)
+                    .expect("a configured job"),
+            );
+            for count in [1u64, 2, 3, 5] {
+                for index in 0..count {
+                    // Two consumers of each shard (an HA pair).
+                    for _ in 0..2 {
+                        let (client, herald) = (client.clone(), herald.clone());
+                        let want = shard_of(&want_whole, index, count);
+                        requests.push(tokio::spawn(async move {
+                            let url = format!(
+                                "{}/sd/v1/{job}?shard={index}&shards={count}",
+                                herald.url()
+                            );
+                            let got = client
+                                .get(url)
+                                .send()
+                                .await
+                                .expect("herald answers")
+                                .bytes()
+                                .await
+                                .expect("a body");
+                            (round, job, index, count, got.to_vec() == want)
+                        }));
+                    }
+                }
+            }
+        }
+    }
+    for r in requests {
+        let (round, job, index, count, equal) = r.await.expect("request ran");
+        assert!(
+            equal,
+            "round {round}: {job} shard {index} of {count} differs"
+        );
+    }
+    done.store(true, Ordering::Relaxed);
+    let most = watcher.await.expect("watcher ran");
+    assert!(most <= budget, "held {most} bytes, budget {budget}");
+    assert!(
+        metric(&herald, "herald_sd_body_evictions_total") > 0,
+        "the bodies asked for did not all fit"
+    );
+    Arc::into_inner(herald)
+        .expect("requests finished")
+        .stop()
+        .await;
+    sim.shutdown().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

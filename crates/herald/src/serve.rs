@@ -41,6 +41,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
             kube,
             security,
             max_object_bytes: args.max_object_bytes,
+            body_budget_bytes: args.body_budget_bytes,
             monitors: config.monitors.clone(),
             istio: config.istio.clone(),
         },

@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use axum::Extension;
 use axum::Json;
+use axum::body::Body;
 use axum::extract::connect_info::ConnectInfo;
 use axum::extract::{Path, Query, RawQuery, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
@@ -19,8 +20,8 @@ use super::query::SdQuery;
 use herald_core::istio::Part;
 
 use crate::metrics::{CodeLabels, EncodingLabels};
-use crate::snapshot::{Encoded, Shard};
-use crate::state::Shared;
+use crate::snapshot::{Encoded, Sending, Shard};
+use crate::state::{BodyKey, Shared};
 
 /// Prometheus's http_sd sends its refresh interval in this header
 /// (prometheus/prometheus: discovery/http/http.go).
@@ -289,6 +290,10 @@ async fn serve_job(
             (view.0.base, Some(view))
         }
     };
+    let key = |shard| match &view {
+        Some((v, part)) => BodyKey::View(v.job.name.clone(), shard, *part),
+        None => BodyKey::Job(j, shard),
+    };
     let encode = |shard| match &view {
         Some((v, part)) => shared.view_encoded(v, shard, *part),
         None => shared.encoded(j, shard),
@@ -335,7 +340,14 @@ async fn serve_job(
 
     shared.served.fetch_add(1, Ordering::Relaxed);
     let stale = shared.job_stale(j);
-    let res = respond(shared, &encoded, if_none_match, headers, stale);
+    let res = respond(
+        shared,
+        &key(query.shard),
+        &encoded,
+        if_none_match,
+        headers,
+        stale,
+    );
     Ok((res, j, query.shard))
 }
 
@@ -394,9 +406,11 @@ fn accepts_gzip(headers: &HeaderMap) -> bool {
         })
 }
 
+/// The response: 304, or the body sent block by block (`Sending`), gzip when the client takes it.
 fn respond(
     shared: &Shared,
-    encoded: &Encoded,
+    key: &BodyKey,
+    encoded: &Arc<Encoded>,
     if_none_match: Option<&str>,
     headers: &HeaderMap,
     stale: bool,
@@ -404,15 +418,19 @@ fn respond(
     let mut res = if if_none_match.is_some_and(|inm| etag_matches(inm, &encoded.etag)) {
         StatusCode::NOT_MODIFIED.into_response()
     } else if accepts_gzip(headers) {
-        let body = encoded.gzip();
-        count_bytes(shared, "gzip", body.len());
-        let mut res = body.into_response();
+        let (gzip, made) = encoded.gzip();
+        if made {
+            // Its deflated blocks are held now: counted against the budget.
+            shared.bodies.recount(key, encoded);
+        }
+        count_bytes(shared, "gzip", gzip.len());
+        let mut res = Body::new(Sending::gzip(encoded.clone(), gzip)).into_response();
         res.headers_mut()
             .insert(header::CONTENT_ENCODING, HeaderValue::from_static("gzip"));
         res
     } else {
-        count_bytes(shared, "identity", encoded.json.len());
-        encoded.json.clone().into_response()
+        count_bytes(shared, "identity", encoded.len());
+        Body::new(Sending::identity(encoded.clone())).into_response()
     };
     let h = res.headers_mut();
     h.insert(

@@ -61,7 +61,7 @@ impl Shared {
         let cut = self.cut_namespaces(view.base, &view.job.namespaces);
         let warning = check(&cut.groups, view);
         let mut map = self.monitors.port_warnings.lock().expect("lock poisoned");
-        if map.len() >= super::MAX_BODIES {
+        if map.len() >= super::MAX_PORT_WARNINGS {
             map.clear();
         }
         map.insert(

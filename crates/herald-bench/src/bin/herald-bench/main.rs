@@ -4,7 +4,8 @@
 //! The suite starts kube-sim, herald, vmagent and its own clients as separate processes on loopback,
 //! measures the four sections (discovery cost versus vmagent and its scaling curve, control-plane load
 //! direct versus through herald, serving versus a static hyper server, propagation), and writes
-//! `results.json`, the RESULTS.md section and `discovery-scaling.svg` into `--out`. It measures and
+//! `results.json`, the RESULTS.md section and `discovery-scaling.svg` into `--out`. Two more sections
+//! run only when named: the fault soak and the steady state beside vmagent (`steady`). It measures and
 //! reports; it asserts nothing about speed.
 
 mod cluster;
@@ -17,6 +18,7 @@ mod report;
 mod serving;
 mod soak;
 mod static_server;
+mod steady;
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -118,6 +120,8 @@ enum Section {
     Propagation,
     /// The fault soak: only when named (`--only soak`), never part of the default run.
     Soak,
+    /// The steady state beside vmagent (issue 22): only when named (`--only steady`), 10 minutes.
+    Steady,
 }
 
 impl Section {
@@ -128,6 +132,7 @@ impl Section {
             Section::Serving => "serving",
             Section::Propagation => "propagation",
             Section::Soak => "soak",
+            Section::Steady => "steady",
         }
     }
 }
@@ -174,6 +179,9 @@ struct SuiteArgs {
     child_log: String,
     #[command(flatten)]
     soak: SoakOpts,
+    /// The steady-state section's measured window, seconds [default: 600; 10 with --quick].
+    #[arg(long)]
+    steady_seconds: Option<f64>,
 }
 
 fn sh(cmd: &str, args: &[&str]) -> Option<String> {
@@ -396,6 +404,25 @@ async fn suite(args: SuiteArgs) -> anyhow::Result<()> {
                 propagation::run(&env, &plan).await
             }
             Section::Soak => soak::run(&env, &args.soak.plan(q)).await,
+            Section::Steady => {
+                let plan = steady::Plan {
+                    spec: ClusterSpec {
+                        preset: if q { "small" } else { "k8s-limits" },
+                        scale: 1.0,
+                        seed: 11,
+                        churn: 20.0,
+                    },
+                    seconds: args.steady_seconds.unwrap_or(if q { 10.0 } else { 600.0 }),
+                    poll_interval: if q { 2.0 } else { 15.0 },
+                    shards: 10,
+                    gzip_consumers: 2,
+                    watchers: if q { 10 } else { 100 },
+                    markers: if q { 8 } else { 40 },
+                    marker_interval: if q { 0.5 } else { 1.0 },
+                    sync_timeout: Duration::from_secs(if q { 60 } else { 900 }),
+                };
+                steady::run(&env, &plan).await
+            }
         };
         let mut meta = meta_base;
         meta["seconds"] = json!(started.elapsed().as_secs_f64());

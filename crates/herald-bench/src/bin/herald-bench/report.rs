@@ -11,7 +11,7 @@ pub const BEGIN: &str = "<!-- herald-bench suite: begin (written by bench/run; e
 pub const END: &str = "<!-- herald-bench suite: end -->";
 
 /// The sections, in order: (key, title). The soak runs only when named (`--only soak`).
-pub const SECTIONS: [(&str, &str); 5] = [
+pub const SECTIONS: [(&str, &str); 6] = [
     ("discovery", "1. Discovery cost versus a real peer"),
     (
         "control",
@@ -20,6 +20,7 @@ pub const SECTIONS: [(&str, &str); 5] = [
     ("serving", "3. Serving"),
     ("propagation", "4. Propagation"),
     ("soak", "5. Fault soak"),
+    ("steady", "6. Steady state beside vmagent"),
 ];
 
 fn n(v: &Value) -> Option<f64> {
@@ -62,6 +63,12 @@ pub fn markdown(doc: &Value) -> String {
             );
             continue;
         }
+        if s.is_null() && key == "steady" {
+            o.push_str(
+                "Runs only when named: `bench/run --only steady` (10 minutes; `--steady-seconds N`).\n",
+            );
+            continue;
+        }
         if s.is_null() {
             o.push_str("Not run yet.\n");
             continue;
@@ -92,11 +99,111 @@ pub fn markdown(doc: &Value) -> String {
             "control" => control(&mut o, d),
             "serving" => serving(&mut o, d),
             "soak" => soak(&mut o, d),
+            "steady" => steady(&mut o, d),
             _ => propagation(&mut o, d),
         }
     }
     o.push_str(&format!("\n{END}\n"));
     o
+}
+
+fn steady(o: &mut String, d: &Value) {
+    o.push_str(&format!(
+        "kube-sim {}; herald (jobs `pod`, `endpointslice`, Kubernetes API face on) and one vmagent \
+         (kubernetes_sd of both roles, every target dropped) on the same kube-sim in the same run, each \
+         synced alone first. Then, for {} s: {} consumers each polling its shard of {} of both jobs every \
+         {} s without Accept-Encoding (as Prometheus's http_sd), {} more with gzip, {} Kubernetes API \
+         watchers of every pod through herald. Staleness: marker pods rewritten round-robin carrying \
+         their send time → the first body a consumer got holding it (includes the wait for the next \
+         poll). Yardstick: the pod, EndpointSlice and Service lists read at once from kube-sim and \
+         discarded.\n\n",
+        d["cluster"].as_str().unwrap_or("?"),
+        d["seconds"],
+        d["shards"],
+        d["shards"],
+        d["poll_interval_seconds"],
+        d["gzip_consumers"],
+        d["watchers"],
+    ));
+    let (h, v, r) = (&d["herald"], &d["vmagent"], &d["ratios"]);
+    o.push_str("| | herald | vmagent | herald / vmagent |\n|---|---:|---:|---:|\n");
+    let row =
+        |o: &mut String, what: &str, a: &Value, b: &Value, ratio_key: Option<&str>, dec: usize| {
+            o.push_str(&format!(
+                "| {what} | {} | {} | {} |\n",
+                fmt(n(a), dec),
+                fmt(n(b), dec),
+                ratio_key.map_or("".into(), |k| ratio(n(&r[k]))),
+            ));
+        };
+    row(
+        o,
+        "first sync, s",
+        &h["after_sync"]["sync_seconds"],
+        &v["after_sync"]["sync_seconds"],
+        Some("herald_sync_over_vmagent"),
+        1,
+    );
+    row(
+        o,
+        "RSS after sync, MiB",
+        &h["after_sync"]["rss_mib"],
+        &v["after_sync"]["rss_mib"],
+        Some("herald_rss_after_sync_over_vmagent"),
+        0,
+    );
+    row(
+        o,
+        "steady peak RSS, MiB",
+        &h["steady"]["peak_rss_mib"],
+        &v["steady"]["peak_rss_mib"],
+        Some("herald_peak_rss_over_vmagent_peak_rss"),
+        0,
+    );
+    row(
+        o,
+        "steady mean RSS, MiB",
+        &h["steady"]["mean_rss_mib"],
+        &v["steady"]["mean_rss_mib"],
+        None,
+        0,
+    );
+    row(
+        o,
+        "steady mean CPU, cores",
+        &h["steady"]["mean_cores"],
+        &v["steady"]["mean_cores"],
+        Some("herald_mean_cores_over_vmagent"),
+        3,
+    );
+    let c = &d["consumers"];
+    let s = &d["staleness"];
+    let m = &h["metrics"];
+    let w = &d["kube_watchers"];
+    o.push_str(&format!(
+        "\nherald's steady peak RSS over vmagent's RSS after its sync: {}. herald's first sync over the \
+         yardstick ({} s for {} MB): {}.\n\n\
+         Consumers: {} requests ({} failed), {} MB identity and {} MB gzip served, request p50 / p99 {} / {} ms. \
+         Staleness, marker write → first body holding it: p50 {} ms, p99 {} ms, max {} ms ({} writes, {} never seen). \
+         Bodies: {} MB held at the end (sampled peak {} MB, budget {} MB), {} built, {} evicted, {} blocks \
+         compressed, {} taken over unchanged. Watchers: {} attached, {} events, {} refused with 429.\n",
+        ratio(n(&r["herald_peak_rss_over_vmagent_rss_after_sync"])),
+        fmt(n(&d["yardstick"]["seconds"]), 2),
+        fmt(n(&d["yardstick"]["bytes"]).map(|b| b / 1e6), 0),
+        ratio(n(&r["herald_sync_over_yardstick"])),
+        c["requests"], c["failed"],
+        fmt(n(&c["identity_bytes"]).map(|b| b / 1e6), 0),
+        fmt(n(&c["gzip_bytes"]).map(|b| b / 1e6), 0),
+        fmt(n(&c["request_p50_ms"]), 1), fmt(n(&c["request_p99_ms"]), 1),
+        fmt(n(&s["p50_ms"]), 0), fmt(n(&s["p99_ms"]), 0), fmt(n(&s["max_ms"]), 0),
+        s["writes"], s["unseen"],
+        fmt(n(&m["body_bytes_held"]).map(|b| b / 1e6), 1),
+        fmt(n(&m["body_bytes_held_peak_sampled"]).map(|b| b / 1e6), 1),
+        fmt(n(&m["body_budget_bytes"]).map(|b| b / 1e6), 0),
+        fmt(n(&m["body_builds"]), 0), fmt(n(&m["body_evictions"]), 0),
+        fmt(n(&m["blocks_compressed"]), 0), fmt(n(&m["blocks_taken"]), 0),
+        w["attached"], w["events"], w["refused_429"],
+    ));
 }
 
 fn soak(o: &mut String, d: &Value) {

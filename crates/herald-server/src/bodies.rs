@@ -1,0 +1,378 @@
+//! The response bodies herald keeps between requests, within a byte budget: the latest body of each
+//! (job or monitor job, shard), least recently used evicted first (DESIGN-NOTES section 3).
+
+use std::collections::HashMap;
+use std::hash::Hash;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::gauge::Gauge;
+
+use crate::snapshot::Encoded;
+
+/// The default budget: every shard body of both jobs of the steady-state benchmark (k8s-limits, ten
+/// shards of `pod` and `endpointslice`: 2.2 GB identity, ~190 MB in blocks) with room for one
+/// whole job besides (see DESIGN-NOTES section 3 for the figures).
+pub const DEFAULT_BUDGET_BYTES: usize = 384 << 20;
+
+/// At most this many bodies are kept whatever their size: bounds the bookkeeping when clients ask
+/// for many different shard counts of small jobs.
+const MAX_ENTRIES: usize = 4096;
+
+/// The store's metrics (registered in `Metrics::registry`).
+#[derive(Debug, Clone, Default)]
+pub struct BodyMetrics {
+    /// Bytes the kept bodies hold.
+    pub held: Gauge,
+    pub budget: Gauge,
+    /// Bodies built (a request found none of its version kept).
+    pub builds: Counter,
+    /// Bodies dropped to stay within the budget (or the entry bound).
+    pub evictions: Counter,
+    /// Blocks compressed, and blocks taken over from the previous generation unchanged.
+    pub blocks_compressed: Counter,
+    pub blocks_taken: Counter,
+}
+
+/// One kept body (or one being built: `cell` empty, nothing held yet).
+#[derive(Debug)]
+struct Slot<V> {
+    version: V,
+    cell: Arc<OnceLock<Arc<Encoded>>>,
+    /// Bytes counted for it in `Slots::held`.
+    held: usize,
+    /// `Slots::tick` when last asked for.
+    used: u64,
+}
+
+#[derive(Debug)]
+struct Slots<K, V> {
+    map: HashMap<K, Slot<V>>,
+    held: usize,
+    tick: u64,
+}
+
+impl<K, V> Default for Slots<K, V> {
+    fn default() -> Self {
+        Slots {
+            map: HashMap::new(),
+            held: 0,
+            tick: 0,
+        }
+    }
+}
+
+/// The latest body per key `K` (a job and shard), with the version `V` it was built at.
+///
+/// NB: what is held is what the store keeps; a body being built, or being sent after it was
+/// evicted, lives until its request ends besides (one per request in flight at most).
+#[derive(Debug)]
+pub struct BodyStore<K, V> {
+    budget: AtomicUsize,
+    slots: Mutex<Slots<K, V>>,
+    metrics: BodyMetrics,
+}
+
+impl<K: Hash + Eq + Clone, V: Clone + PartialEq> BodyStore<K, V> {
+    pub fn new(budget: usize, metrics: BodyMetrics) -> BodyStore<K, V> {
+        metrics
+            .budget
+            .set(i64::try_from(budget).unwrap_or(i64::MAX));
+        BodyStore {
+            budget: AtomicUsize::new(budget),
+            slots: Mutex::default(),
+            metrics,
+        }
+    }
+
+    pub fn budget(&self) -> usize {
+        self.budget.load(Ordering::Relaxed)
+    }
+
+    /// Sets the budget, evicting at once what no longer fits.
+    pub fn set_budget(&self, bytes: usize) {
+        self.budget.store(bytes, Ordering::Relaxed);
+        self.metrics
+            .budget
+            .set(i64::try_from(bytes).unwrap_or(i64::MAX));
+        let mut slots = self.lock();
+        self.evict(&mut slots);
+    }
+
+    /// Bytes the kept bodies hold.
+    pub fn held(&self) -> usize {
+        self.lock().held
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Slots<K, V>> {
+        self.slots.lock().expect("body store lock poisoned")
+    }
+
+    /// The body kept for `key` last, whatever its version, with its version (never waits for one
+    /// being built).
+    pub fn latest(&self, key: &K) -> Option<(V, Arc<Encoded>)> {
+        let slots = self.lock();
+        let slot = slots.map.get(key)?;
+        slot.cell.get().map(|b| (slot.version.clone(), b.clone()))
+    }
+
+    /// The body of `key` at `version` if one is kept (never builds, never waits).
+    pub fn built(&self, key: &K, version: &V) -> Option<Arc<Encoded>> {
+        match self.lock().map.get(key) {
+            Some(s) if s.version == *version => s.cell.get().cloned(),
+            _ => None,
+        }
+    }
+
+    /// Keeps `body` as `key`'s at `version`, built alongside another body, unless a body of that
+    /// version is kept or being built.
+    pub fn offer(&self, key: K, version: V, body: Arc<Encoded>) {
+        let mut slots = self.lock();
+        // NB: never `OnceLock::set` a slot of this version: `set` waits for a build under way, and
+        // that build (the sibling's request, at once) may be waiting to offer this thread's key its
+        // body: a deadlock, with the store lock held. It finishes by itself.
+        if slots.map.get(&key).is_some_and(|s| s.version == version) {
+            return;
+        }
+        slots.tick += 1;
+        let held = body.held_bytes();
+        let slot = Slot {
+            version,
+            cell: Arc::new(OnceLock::from(body)),
+            held,
+            used: slots.tick,
+        };
+        slots.held += held;
+        if let Some(old) = slots.map.insert(key, slot) {
+            slots.held -= old.held;
+        }
+        self.evict(&mut slots);
+    }
+
+    /// The body of `key` at `version`, built by `build` if none is kept; `build` is handed the body
+    /// kept before (with its version), to copy unchanged groups and blocks from. Concurrent requests
+    /// for one body wait for one build instead of each encoding (an HA pair costs one encode).
+    pub fn get_or_build(
+        &self,
+        key: &K,
+        version: V,
+        build: impl FnOnce(Option<(V, Arc<Encoded>)>) -> Encoded,
+    ) -> Arc<Encoded> {
+        let (cell, prev) = {
+            let mut slots = self.lock();
+            slots.tick += 1;
+            let tick = slots.tick;
+            match slots.map.get_mut(key) {
+                Some(slot) if slot.version == version => {
+                    slot.used = tick;
+                    (slot.cell.clone(), None)
+                }
+                _ => {
+                    let prev = slots.map.remove(key).and_then(|old| {
+                        slots.held -= old.held;
+                        old.cell.get().cloned().map(|b| (old.version, b))
+                    });
+                    let cell: Arc<OnceLock<Arc<Encoded>>> = Arc::default();
+                    let slot = Slot {
+                        version,
+                        cell: cell.clone(),
+                        held: 0,
+                        used: tick,
+                    };
+                    slots.map.insert(key.clone(), slot);
+                    (cell, prev)
+                }
+            }
+        };
+        // Outside the store lock: other keys stay available while this one encodes.
+        let mut built = false;
+        let body = cell
+            .get_or_init(|| {
+                built = true;
+                Arc::new(build(prev))
+            })
+            .clone();
+        if built {
+            self.metrics.builds.inc();
+            self.metrics.blocks_taken.inc_by(body.blocks_taken() as u64);
+            self.metrics
+                .blocks_compressed
+                .inc_by((body.blocks().len() - body.blocks_taken()) as u64);
+            self.recount(key, &body);
+        }
+        body
+    }
+
+    /// `body` (kept for `key`) holds more than counted (its gzip form was made): counts it, and
+    /// evicts what no longer fits.
+    pub fn recount(&self, key: &K, body: &Arc<Encoded>) {
+        let mut slots = self.lock();
+        let slots = &mut *slots;
+        if let Some(slot) = slots.map.get_mut(key)
+            && slot.cell.get().is_some_and(|b| Arc::ptr_eq(b, body))
+        {
+            let held = body.held_bytes();
+            slots.held = slots.held - slot.held + held;
+            slot.held = held;
+        }
+        self.evict(slots);
+    }
+
+    /// Drops the least recently used kept bodies until the rest fit the budget and the entry bound.
+    /// Bodies being built hold nothing yet and stay.
+    fn evict(&self, slots: &mut Slots<K, V>) {
+        let budget = self.budget();
+        while slots.held > budget || slots.map.len() > MAX_ENTRIES {
+            let Some(lru) = slots
+                .map
+                .iter()
+                .filter(|(_, s)| s.cell.get().is_some())
+                .min_by_key(|(_, s)| s.used)
+                .map(|(k, _)| k.clone())
+            else {
+                break;
+            };
+            let slot = slots.map.remove(&lru).expect("found just now");
+            slots.held -= slot.held;
+            self.metrics.evictions.inc();
+        }
+        self.metrics
+            .held
+            .set(i64::try_from(slots.held).unwrap_or(i64::MAX));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use herald_core::{LabelSet, TargetGroup};
+
+    use super::*;
+    use crate::compact::{Group, Interner};
+
+    fn mk_groups(n: usize, targets: usize) -> Vec<Arc<Group>> {
+        let interner = Interner::default();
+        (0..n)
+            .map(|g| {
+                Arc::new(Group::of(
+                    &TargetGroup {
+                        source: format!("g{g}"),
+                        targets: (0..targets)
+                            .map(|t| {
+                                LabelSet::from([(
+                                    "__address__".to_string(),
+                                    format!("127.0.{g}.{t}:80"),
+                                )])
+                            })
+                            .collect(),
+                        labels: LabelSet::from([("k".to_string(), format!("v{g}"))]),
+                    },
+                    &interner,
+                ))
+            })
+            .collect()
+    }
+
+    #[test]
+    fn the_store_builds_once_per_version() {
+        let store: BodyStore<usize, u64> = BodyStore::new(1 << 30, BodyMetrics::default());
+        let groups = mk_groups(3, 2);
+        let mut builds = 0;
+        for _ in 0..3 {
+            store.get_or_build(&0, 1, |_| {
+                builds += 1;
+                Encoded::build(1, &groups, None)
+            });
+        }
+        assert_eq!(builds, 1);
+        store.get_or_build(&0, 2, |prev| {
+            builds += 1;
+            assert_eq!(
+                prev.map(|(v, _)| v),
+                Some(1),
+                "the previous body is handed over"
+            );
+            Encoded::build(2, &groups, None)
+        });
+        assert_eq!(builds, 2);
+    }
+
+    #[test]
+    fn least_recently_used_bodies_are_evicted_to_stay_within_the_budget() {
+        let groups = mk_groups(50, 4);
+        let one = Encoded::build(1, &groups, None).held_bytes();
+        let metrics = BodyMetrics::default();
+        // Room for two bodies, not three.
+        let store: BodyStore<usize, u64> = BodyStore::new(one * 2 + one / 2, metrics.clone());
+        for key in 0..2 {
+            store.get_or_build(&key, 1, |_| Encoded::build(1, &groups, None));
+        }
+        store.get_or_build(&0, 1, |_| unreachable!("kept"));
+        store.get_or_build(&2, 1, |_| Encoded::build(1, &groups, None));
+        assert!(store.held() <= store.budget());
+        assert_eq!(metrics.evictions.get(), 1);
+        assert!(
+            store.built(&1, &1).is_none(),
+            "key 1 was used least recently"
+        );
+        assert!(store.built(&0, &1).is_some() && store.built(&2, &1).is_some());
+        // A budget smaller than one body keeps nothing, and still answers.
+        store.set_budget(one / 2);
+        assert_eq!(store.held(), 0);
+        let body = store.get_or_build(&3, 1, |_| Encoded::build(1, &groups, None));
+        assert_eq!(body.identity(), Encoded::build(1, &groups, None).identity());
+        assert_eq!(store.held(), 0);
+        assert_eq!(metrics.held.get(), 0);
+    }
+
+    #[test]
+    fn a_gzip_form_made_later_is_counted_and_may_evict() {
+        let groups = mk_groups(50, 4);
+        let store: BodyStore<usize, u64> = BodyStore::new(1 << 30, BodyMetrics::default());
+        let body = store.get_or_build(&0, 1, |_| Encoded::build(1, &groups, None));
+        let before = store.held();
+        let (_, made) = body.gzip();
+        assert!(made);
+        store.recount(&0, &body);
+        assert!(store.held() > before);
+        store.set_budget(before);
+        assert_eq!(
+            store.held(),
+            0,
+            "the body with its gzip form no longer fits"
+        );
+    }
+
+    /// As `Shared::encoded` does for an Istio-aware job (0) and its companion (1) asked for at the
+    /// same generation at once: each build offers the other its body while the other's is under way.
+    #[test]
+    fn a_job_and_its_companion_built_at_once_both_answer() {
+        use std::sync::Barrier;
+        use std::time::Duration;
+
+        let cache = Arc::new(BodyStore::<usize, u64>::new(
+            1 << 30,
+            BodyMetrics::default(),
+        ));
+        let barrier = Arc::new(Barrier::new(2));
+        let (tx, rx) = std::sync::mpsc::channel();
+        for (own, sibling) in [(0usize, 1usize), (1, 0)] {
+            let (cache, barrier, tx) = (cache.clone(), barrier.clone(), tx.clone());
+            std::thread::spawn(move || {
+                let body = cache.get_or_build(&own, 1, |_| {
+                    barrier.wait(); // both builds under way
+                    cache.offer(sibling, 1, Arc::new(Encoded::build(1, &[], None)));
+                    Encoded::build(1, &[], None)
+                });
+                tx.send(body.generation).expect("the test waits");
+            });
+        }
+        for _ in 0..2 {
+            let answered = rx.recv_timeout(Duration::from_secs(10));
+            assert_eq!(answered, Ok(1), "both requests are answered (no deadlock)");
+        }
+        // A later generation offered by a sibling is kept for its first request.
+        cache.offer(0, 2, Arc::new(Encoded::build(2, &[], None)));
+        assert_eq!(cache.built(&0, &2).map(|b| b.generation), Some(2));
+    }
+}
