@@ -8,6 +8,7 @@ use serde_json::Value;
 use crate::discovery;
 use crate::log::{Entry, Key, ListAt};
 use crate::resource::{Catalog, ResId, Resource};
+use crate::shard::ShardSelector;
 use crate::status::ApiError;
 
 /// The apiserver's request body limit (3 MiB).
@@ -108,6 +109,8 @@ pub struct Query {
     pub allow_bookmarks: bool,
     pub send_initial_events: Option<bool>,
     pub dry_run: bool,
+    /// KEP-5866 `shardSelector`, parsed.
+    pub shard: Option<ShardSelector>,
 }
 
 fn parse_bool(name: &str, v: &str) -> Result<bool, ApiError> {
@@ -122,6 +125,7 @@ fn parse_bool(name: &str, v: &str) -> Result<bool, ApiError> {
 
 pub fn parse_query(raw: Option<&str>, resource: &Resource) -> Result<Query, ApiError> {
     let mut q = Query::default();
+    let mut shard_seen = false;
     for (k, v) in form_pairs(raw.unwrap_or("")) {
         match k.as_str() {
             "watch" => q.watch = parse_bool("watch", &v)?,
@@ -165,6 +169,21 @@ pub fn parse_query(raw: Option<&str>, resource: &Resource) -> Result<Query, ApiE
                 q.send_initial_events = Some(parse_bool("sendInitialEvents", &v)?)
             }
             "dryRun" => q.dry_run = v == "All",
+            // Like the apiserver's parameter codec, the first value counts and an empty one is no
+            // selector (k8s.io/apimachinery pkg/apis/meta/v1 zz_generated.conversion.go; the store
+            // parses only a non-empty string: k8s.io/apiserver pkg/registry/generic/registry/store.go).
+            // NB: the apiserver answers a malformed selector with a plain error, which its handler
+            // renders as 500 with no reason (kubernetes/apiserver@24a394e store.go ListPredicate and
+            // Watch, responsewriters ErrorToAPIStatus). A malformed selector is the client's fault and
+            // a retry cannot fix it, so this face answers 400 BadRequest with the apiserver's message.
+            "shardSelector" if !shard_seen => {
+                shard_seen = true;
+                if !v.is_empty() {
+                    q.shard = Some(ShardSelector::parse(&v).map_err(|e| {
+                        ApiError::bad_request(format!("invalid shard selector: {e}"))
+                    })?);
+                }
+            }
             _ => {}
         }
     }
@@ -254,7 +273,9 @@ pub fn decode_continue(token: &str) -> Result<(u64, Key), ApiError> {
 
 /// Whether an entry passes a request's selectors.
 pub fn selected(q: &Query, e: &Entry) -> bool {
-    q.label.matches(&e.labels) && q.field.matches(|f| e.field(f))
+    q.shard.as_ref().is_none_or(|s| s.matches(e))
+        && q.label.matches(&e.labels)
+        && q.field.matches(|f| e.field(f))
 }
 
 pub fn user_agent(headers: &HeaderMap) -> String {

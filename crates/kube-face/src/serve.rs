@@ -251,9 +251,20 @@ async fn list<B: Backend>(backend: &B, target: &Target, q: &Query) -> Reply {
         out.extend_from_slice(encode_continue(page.rv, next).as_bytes());
         out.push(b'"');
         // Like the apiserver, only an unfiltered list knows how many items remain.
-        if q.label.is_empty() && q.field.is_empty() {
+        if q.label.is_empty() && q.field.is_empty() && q.shard.is_none() {
             out.extend_from_slice(format!(",\"remainingItemCount\":{}", page.remaining).as_bytes());
         }
+    }
+    // The applied selector, canonical, so a client can tell a sharded answer from a server that
+    // ignored the parameter (k8s.io/apiserver pkg/storage selection_predicate.go SetShardInfoOnList).
+    if let Some(shard) = &q.shard {
+        out.extend_from_slice(b",\"shardInfo\":{\"selector\":");
+        out.extend_from_slice(
+            serde_json::to_string(&shard.to_string())
+                .expect("a string always serializes")
+                .as_bytes(),
+        );
+        out.push(b'}');
     }
     out.extend_from_slice(b"},\"items\":[");
     for (i, e) in page.items.iter().enumerate() {
