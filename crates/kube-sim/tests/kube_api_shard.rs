@@ -61,11 +61,23 @@ fn uid(obj: &Value) -> String {
 
 /// All pages of a list, following `continue`; checks every page's shardInfo on the way.
 async fn list_all(url: &str, selector: Option<&str>, limit: Option<usize>) -> Vec<Value> {
+    list_pages(url, selector, limit, true).await
+}
+
+/// `resend`: the selector on every page, as client-go sends it; else on the first page only.
+async fn list_pages(
+    url: &str,
+    selector: Option<&str>,
+    limit: Option<usize>,
+    resend: bool,
+) -> Vec<Value> {
     let mut items = Vec::new();
     let mut cont: Option<String> = None;
     loop {
         let mut q = Vec::new();
-        if let Some(s) = selector {
+        if let Some(s) = selector
+            && (resend || cont.is_none())
+        {
             q.push(format!("shardSelector={}", enc(s)));
         }
         if let Some(l) = limit {
@@ -131,6 +143,12 @@ async fn continued_pages_keep_the_shard_and_namespace_sharding_works() {
         assert!(whole.len() > 4, "enough pods to page: {}", whole.len());
         assert_eq!(
             paged.iter().map(uid).collect::<Vec<_>>(),
+            whole.iter().map(uid).collect::<Vec<_>>()
+        );
+        // The continue token carries the selector: pages after the first stay in the shard.
+        let token_only = list_pages(&pods, Some(&sel), Some(4), false).await;
+        assert_eq!(
+            token_only.iter().map(uid).collect::<Vec<_>>(),
             whole.iter().map(uid).collect::<Vec<_>>()
         );
     }
