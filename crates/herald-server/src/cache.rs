@@ -289,6 +289,7 @@ impl Cache {
                     rv: list_rv,
                     labels: old.labels.clone(),
                     fields: old.fields.clone(),
+                    uid_hash: old.uid_hash,
                     bytes,
                 }));
             }
@@ -318,6 +319,7 @@ mod tests {
             rv,
             labels: BTreeMap::new(),
             fields: vec![],
+            uid_hash: 0,
             bytes: Bytes::from(format!(
                 r#"{{"metadata":{{"name":"{name}","namespace":"default","resourceVersion":"{rv}"}},"data":{{"v":"{v}"}}}}"#
             )),

@@ -399,9 +399,9 @@ impl Stored {
         let slim = slim::project(obj.kind().mask(), &bytes)
             .expect("a typed object projects: its fields have their types");
         let head = kube_face::scan::head(&obj.kind().resource(), &bytes);
-        let (labels, fields) = match head {
-            Ok(h) => (h.labels, h.fields),
-            Err(_) => (obj.labels().clone(), vec![]),
+        let (labels, fields, uid_hash) = match head {
+            Ok(h) => (h.labels, h.fields, h.uid_hash),
+            Err(_) => (obj.labels().clone(), vec![], kube_face::shard::fnv1a64(b"")),
         };
         let key = obj.key();
         Stored::from_parts(
@@ -410,6 +410,7 @@ impl Stored {
                 rv: 0,
                 labels,
                 fields,
+                uid_hash,
                 bytes,
             }),
             Slim::whole(slim),

@@ -308,6 +308,7 @@ impl Feed {
                 rv: h.rv,
                 labels: h.labels,
                 fields: h.fields,
+                uid_hash: h.uid_hash,
                 bytes: self.kept_bytes(raw),
             }),
             slim,
@@ -595,6 +596,7 @@ impl Feed {
                             rv: h.rv,
                             labels: h.labels,
                             fields: h.fields,
+                            uid_hash: h.uid_hash,
                             bytes: self.kept_bytes(raw),
                         });
                         match &mut initial {

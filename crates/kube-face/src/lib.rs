@@ -5,7 +5,7 @@
 //!
 //! Layers: `resource` (what is served), `log` (one resource's objects and bounded event history,
 //! with apiserver list/watch resourceVersion semantics), `request` (paths and query parameters),
-//! `status` (metav1.Status errors), `discovery`/`openapi`/`table` (documents), `serve` (the HTTP
+//! `shard` (KEP-5866 shardSelector), `status` (metav1.Status errors), `discovery`/`openapi`/`table` (documents), `serve` (the HTTP
 //! handler), `watch` (one watch stream), `scan` (byte-level helpers for raw upstream JSON).
 
 pub mod backend;
@@ -16,6 +16,7 @@ pub mod request;
 pub mod resource;
 pub mod scan;
 pub mod serve;
+pub mod shard;
 pub mod status;
 pub mod table;
 pub mod watch;
@@ -24,4 +25,5 @@ pub use backend::{Backend, NoopObserver, WatchObserver, WatchSettings, WriteRequ
 pub use log::{Entry, Event, EventType, Key, ListAt, Page, ResourceLog, StoreError, event_line};
 pub use resource::{Catalog, ResId, Resource};
 pub use serve::{json_response, router};
+pub use shard::ShardSelector;
 pub use status::ApiError;

@@ -23,6 +23,9 @@ pub struct Entry {
     pub labels: BTreeMap<String, String>,
     /// Field-selector values beyond metadata.name/namespace (e.g. spec.nodeName for pods).
     pub fields: Vec<(&'static str, String)>,
+    /// 64-bit FNV-1a of `metadata.uid`: where a `shardSelector` on the uid places the object
+    /// (`shard::fnv1a64`; the uid never changes across an object's versions).
+    pub uid_hash: u64,
     /// The object as JSON, resourceVersion included: what list, get and watch send.
     pub bytes: Bytes,
 }
@@ -368,6 +371,7 @@ mod tests {
             rv,
             labels: BTreeMap::new(),
             fields: vec![],
+            uid_hash: crate::shard::fnv1a64(name.as_bytes()),
             bytes: Bytes::from(format!(
                 r#"{{"metadata":{{"name":"{name}","resourceVersion":"{rv}"}}}}"#
             )),

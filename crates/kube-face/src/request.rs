@@ -8,6 +8,7 @@ use serde_json::Value;
 use crate::discovery;
 use crate::log::{Entry, Key, ListAt};
 use crate::resource::{Catalog, ResId, Resource};
+use crate::shard::ShardSelector;
 use crate::status::ApiError;
 
 /// The apiserver's request body limit (3 MiB).
@@ -108,6 +109,8 @@ pub struct Query {
     pub allow_bookmarks: bool,
     pub send_initial_events: Option<bool>,
     pub dry_run: bool,
+    /// KEP-5866 `shardSelector`, parsed.
+    pub shard: Option<ShardSelector>,
 }
 
 fn parse_bool(name: &str, v: &str) -> Result<bool, ApiError> {
@@ -122,6 +125,7 @@ fn parse_bool(name: &str, v: &str) -> Result<bool, ApiError> {
 
 pub fn parse_query(raw: Option<&str>, resource: &Resource) -> Result<Query, ApiError> {
     let mut q = Query::default();
+    let mut shard_seen = false;
     for (k, v) in form_pairs(raw.unwrap_or("")) {
         match k.as_str() {
             "watch" => q.watch = parse_bool("watch", &v)?,
@@ -165,6 +169,21 @@ pub fn parse_query(raw: Option<&str>, resource: &Resource) -> Result<Query, ApiE
                 q.send_initial_events = Some(parse_bool("sendInitialEvents", &v)?)
             }
             "dryRun" => q.dry_run = v == "All",
+            // Like the apiserver's parameter codec, the first value counts and an empty one is no
+            // selector (k8s.io/apimachinery pkg/apis/meta/v1 zz_generated.conversion.go; the store
+            // parses only a non-empty string: k8s.io/apiserver pkg/registry/generic/registry/store.go).
+            // NB: the apiserver answers a malformed selector with a plain error, which its handler
+            // renders as 500 with no reason (kubernetes/apiserver@24a394e store.go ListPredicate and
+            // Watch, responsewriters ErrorToAPIStatus). A malformed selector is the client's fault and
+            // a retry cannot fix it, so this face answers 400 BadRequest with the apiserver's message.
+            "shardSelector" if !shard_seen => {
+                shard_seen = true;
+                if !v.is_empty() {
+                    q.shard = Some(ShardSelector::parse(&v).map_err(|e| {
+                        ApiError::bad_request(format!("invalid shard selector: {e}"))
+                    })?);
+                }
+            }
             _ => {}
         }
     }
@@ -226,11 +245,23 @@ pub fn parse_rv(v: &str) -> Result<u64, ApiError> {
 
 /// The continue token: opaque to clients; here the snapshot RV and the last key returned, hex-encoded.
 pub fn encode_continue(rv: u64, key: &Key) -> String {
-    let raw = format!("{rv}/{}/{}", key.0, key.1);
+    encode_continue_in_shard(rv, key, None)
+}
+
+/// A continue token that also carries the list's shard selector: a continued list keeps its shard
+/// even when the client leaves `shardSelector` off the next request. A request that names one uses
+/// its own, as on the apiserver (whose tokens carry no selector). NB: after a newline, which no
+/// namespace or name can hold.
+pub fn encode_continue_in_shard(rv: u64, key: &Key, shard: Option<&ShardSelector>) -> String {
+    let mut raw = format!("{rv}/{}/{}", key.0, key.1);
+    if let Some(s) = shard {
+        raw.push('\n');
+        raw.push_str(&s.to_string());
+    }
     raw.bytes().map(|b| format!("{b:02x}")).collect()
 }
 
-pub fn decode_continue(token: &str) -> Result<(u64, Key), ApiError> {
+fn continue_text(token: &str) -> Result<String, ApiError> {
     let bad = || ApiError::bad_request(format!("invalid continue token {token:?}"));
     if !token.len().is_multiple_of(2) || !token.is_ascii() {
         return Err(bad());
@@ -241,7 +272,24 @@ pub fn decode_continue(token: &str) -> Result<(u64, Key), ApiError> {
         .map(|i| u8::from_str_radix(&token[i..i + 2], 16))
         .collect::<Result<_, _>>()
         .map_err(|_| bad())?;
-    let raw = String::from_utf8(bytes).map_err(|_| bad())?;
+    String::from_utf8(bytes).map_err(|_| bad())
+}
+
+/// The shard selector a continue token carries, if any.
+pub fn continue_shard(token: &str) -> Result<Option<ShardSelector>, ApiError> {
+    let raw = continue_text(token)?;
+    match raw.split_once('\n') {
+        None => Ok(None),
+        Some((_, sel)) => ShardSelector::parse(sel)
+            .map(Some)
+            .map_err(|_| ApiError::bad_request(format!("invalid continue token {token:?}"))),
+    }
+}
+
+pub fn decode_continue(token: &str) -> Result<(u64, Key), ApiError> {
+    let bad = || ApiError::bad_request(format!("invalid continue token {token:?}"));
+    let raw = continue_text(token)?;
+    let raw = raw.split_once('\n').map_or(raw.as_str(), |(head, _)| head);
     let mut parts = raw.splitn(3, '/');
     let (Some(rv), Some(ns), Some(name)) = (parts.next(), parts.next(), parts.next()) else {
         return Err(bad());
@@ -254,7 +302,9 @@ pub fn decode_continue(token: &str) -> Result<(u64, Key), ApiError> {
 
 /// Whether an entry passes a request's selectors.
 pub fn selected(q: &Query, e: &Entry) -> bool {
-    q.label.matches(&e.labels) && q.field.matches(|f| e.field(f))
+    q.shard.as_ref().is_none_or(|s| s.matches(e))
+        && q.label.matches(&e.labels)
+        && q.field.matches(|f| e.field(f))
 }
 
 pub fn user_agent(headers: &HeaderMap) -> String {
@@ -336,6 +386,24 @@ mod tests {
             (42, key)
         );
         assert_eq!(decode_continue("zz").expect_err("garbage").code, 400);
+    }
+
+    #[test]
+    fn continue_tokens_keep_the_shard_selector() {
+        let key = ("ns".to_string(), "a".to_string());
+        let sel = ShardSelector::parse(&crate::shard::shard_selector_text(3, 7)).expect("valid");
+        let token = encode_continue_in_shard(9, &key, Some(&sel));
+        assert_eq!(decode_continue(&token).expect("valid"), (9, key.clone()));
+        assert_eq!(continue_shard(&token).expect("valid"), Some(sel));
+        assert_eq!(
+            continue_shard(&encode_continue(9, &key)).expect("valid"),
+            None
+        );
+        let forged: String = "9/ns/a\nshardRange(x)"
+            .bytes()
+            .map(|b| format!("{b:02x}"))
+            .collect();
+        assert_eq!(continue_shard(&forged).expect_err("forged").code, 400);
     }
 
     #[test]

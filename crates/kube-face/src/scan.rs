@@ -21,6 +21,8 @@ pub struct Head {
     pub rv: u64,
     pub labels: BTreeMap<String, String>,
     pub fields: Vec<(&'static str, String)>,
+    /// FNV-1a of `metadata.uid` ("" when absent), for `Entry::uid_hash`.
+    pub uid_hash: u64,
 }
 
 /// Why an object's head could not be read.
@@ -42,6 +44,8 @@ struct RawMeta<'a> {
     namespace: Option<Cow<'a, str>>,
     #[serde(borrow, default, rename = "resourceVersion")]
     resource_version: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    uid: Option<Cow<'a, str>>,
     /// Read into a map only when wanted (`Wanted::labels`).
     #[serde(borrow, default)]
     labels: Option<&'a serde_json::value::RawValue>,
@@ -169,6 +173,7 @@ pub fn head_with(resource: &Resource, raw: &[u8], want: Wanted) -> Result<Head, 
         rv,
         labels,
         fields,
+        uid_hash: crate::shard::fnv1a64(h.metadata.uid.as_deref().unwrap_or("").as_bytes()),
     })
 }
 

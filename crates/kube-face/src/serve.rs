@@ -16,8 +16,8 @@ use serde_json::Value;
 use crate::backend::{Backend, WriteRequest};
 use crate::log::{ListAt, StoreError};
 use crate::request::{
-    MAX_BODY_BYTES, Query, Route, Target, decode_continue, encode_continue, list_at, parse_query,
-    route, selected, user_agent,
+    MAX_BODY_BYTES, Query, Route, Target, continue_shard, decode_continue,
+    encode_continue_in_shard, list_at, parse_query, route, selected, user_agent,
 };
 use crate::resource::{ResId, Resource};
 use crate::status::ApiError;
@@ -163,6 +163,17 @@ type Reply = Result<(StatusCode, Bytes), ApiError>;
 
 async fn read<B: Backend>(backend: &B, target: &Target, q: &Query) -> Reply {
     let Some(name) = &target.name else {
+        if q.shard.is_none()
+            && let Some(tok) = &q.continue_token
+            && let Some(shard) = continue_shard(tok)?
+        {
+            // The next page of a sharded list stays in its shard.
+            let q = Query {
+                shard: Some(shard),
+                ..q.clone()
+            };
+            return list(backend, target, &q).await;
+        }
         return list(backend, target, q).await;
     };
     let ns = target.namespace.as_deref().unwrap_or("");
@@ -248,12 +259,23 @@ async fn list<B: Backend>(backend: &B, target: &Target, q: &Query) -> Reply {
     out.push(b'"');
     if let Some(next) = &page.next {
         out.extend_from_slice(b",\"continue\":\"");
-        out.extend_from_slice(encode_continue(page.rv, next).as_bytes());
+        out.extend_from_slice(encode_continue_in_shard(page.rv, next, q.shard.as_ref()).as_bytes());
         out.push(b'"');
         // Like the apiserver, only an unfiltered list knows how many items remain.
-        if q.label.is_empty() && q.field.is_empty() {
+        if q.label.is_empty() && q.field.is_empty() && q.shard.is_none() {
             out.extend_from_slice(format!(",\"remainingItemCount\":{}", page.remaining).as_bytes());
         }
+    }
+    // The applied selector, canonical, so a client can tell a sharded answer from a server that
+    // ignored the parameter (k8s.io/apiserver pkg/storage selection_predicate.go SetShardInfoOnList).
+    if let Some(shard) = &q.shard {
+        out.extend_from_slice(b",\"shardInfo\":{\"selector\":");
+        out.extend_from_slice(
+            serde_json::to_string(&shard.to_string())
+                .expect("a string always serializes")
+                .as_bytes(),
+        );
+        out.push(b'}');
     }
     out.extend_from_slice(b"},\"items\":[");
     for (i, e) in page.items.iter().enumerate() {

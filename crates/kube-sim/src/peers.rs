@@ -6,6 +6,7 @@ use std::path::PathBuf;
 
 pub mod kubectl;
 pub mod process;
+pub mod shardjudge;
 pub mod vmagent;
 
 pub use kubectl::Kubectl;

@@ -317,6 +317,7 @@ impl Store {
                 (uid, created)
             }
         };
+        let uid_hash = kube_face::shard::fnv1a64(uid.as_bytes());
         let meta = value
             .as_object_mut()
             .expect("key_of checked this is an object")
@@ -347,6 +348,7 @@ impl Store {
             rv,
             labels,
             fields,
+            uid_hash,
             bytes,
         });
         inner
@@ -373,6 +375,7 @@ impl Store {
             rv,
             labels: prev.labels.clone(),
             fields: prev.fields.clone(),
+            uid_hash: prev.uid_hash,
             bytes,
         });
         inner
