@@ -10,7 +10,8 @@
 # Usage: bench/kube-proxy-informers.sh           100 sets, k8s-limits-sized Services and slices,
 #                                                100 updates/s, 30 s window
 #        bench/kube-proxy-informers.sh --quick   10 sets, the small preset, 5 s window
-# Env: INFORMERS, PRESET, RATE, SECONDS_WINDOW override the defaults. CARGO_TARGET_DIR is honoured.
+# Env: INFORMERS, PRESET, RATE, SECONDS_WINDOW override the defaults; SIM_ARGS adds kube-sim flags
+# (e.g. "--nodes 500 --services 1000 --pods 15000": a tenth of k8s-limits). CARGO_TARGET_DIR is honoured.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -32,7 +33,7 @@ port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); 
 kubeconfig() { printf 'apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster: {server: "%s"}\ncontexts:\n- name: c\n  context: {cluster: c, user: u}\ncurrent-context: c\nusers:\n- name: u\n  user: {}\n' "$1" > "$2"; }
 
 sim_port=$(port)
-"$target/release/kube-sim" serve --listen "127.0.0.1:$sim_port" --preset "$preset" --seed 11 > "$work/sim.out" 2> "$work/sim.log" &
+"$target/release/kube-sim" serve --listen "127.0.0.1:$sim_port" --preset "$preset" --seed 11 ${SIM_ARGS:-} > "$work/sim.out" 2> "$work/sim.log" &
 sim_pid=$!; pids+=("$sim_pid")
 until grep -q http "$work/sim.out" 2>/dev/null; do sleep 1; kill -0 "$sim_pid" || { cat "$work/sim.log"; exit 1; }; done
 sim_url="http://127.0.0.1:$sim_port"
@@ -81,12 +82,13 @@ EOF
   done
 done
 python3 - "$informers" "$preset" "$rate" "${results[@]}" <<'EOF'
-import json, sys
+import json, os, sys
 informers, preset, rate, paths = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4:]
 rows = [json.load(open(p)) for p in paths]
-json.dump({"informers": int(informers), "preset": preset, "rate": float(rate), "runs": rows},
+json.dump({"informers": int(informers), "preset": preset, "sim_args": os.environ.get("SIM_ARGS", ""),
+           "rate": float(rate), "runs": rows},
           open("bench/out/kube-proxy-informers.json", "w"), indent=2)
-print(f"\n{informers} kube-proxy-shaped informer sets, preset {preset}, {rate} Service updates/s\n")
+print(f"\n{informers} kube-proxy-shaped informer sets, preset {preset} {os.environ.get('SIM_ARGS', '')}, {rate} Service updates/s\n")
 print("| via | content | sync s | events | client CPU µs/event | p50 ms | p99 ms | kube-sim watches | kube-sim MB sent | kube-sim CPU s | herald CPU s | herald MB sent |")
 print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
 for r in rows:

@@ -125,7 +125,7 @@ pub enum ServeError {
 /// The resources served when `kube_api.kinds` names none: what node-local proxies, ingress
 /// controllers and monitoring agents list and watch. kube-proxy ≥ 1.33 watches ServiceCIDRs
 /// unconditionally (kubernetes cmd/kube-proxy/app/server.go, v1.37.2); an upstream without them
-/// (Kubernetes < 1.33) has them left out at start, see [`SINCE_1_33`].
+/// (Kubernetes < 1.33) has them left out at start (`SINCE_1_33`).
 pub const DEFAULT_KUBE_KINDS: &[&str] = &[
     "pods",
     "services",
