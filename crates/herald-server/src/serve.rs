@@ -79,6 +79,19 @@ pub struct KubeServeOptions {
 }
 
 impl KubeServeOptions {
+    /// The face on `listen` serving the built-in resources of `api`: no custom resources, tokens or
+    /// TLS, so herald serves it only on a loopback address.
+    pub fn plain(listen: SocketAddr, api: KubeApiOptions) -> KubeServeOptions {
+        KubeServeOptions {
+            listen,
+            api,
+            custom: vec![],
+            token_file: None,
+            insecure: false,
+            tls: None,
+        }
+    }
+
     /// How the face's port is secured.
     pub fn security(&self) -> Security {
         Security {

@@ -54,17 +54,13 @@ async fn start_herald(upstream: &str, face: SocketAddr) -> Herald {
         vec![],
         kube::Config::new(upstream.parse().expect("upstream url")),
         ServeOptions {
-            kube: Some(KubeServeOptions {
-                listen: face,
-                api: KubeApiOptions {
+            kube: Some(KubeServeOptions::plain(
+                face,
+                KubeApiOptions {
                     resources,
                     ..KubeApiOptions::default()
                 },
-                custom: vec![],
-                token_file: None,
-                insecure: false,
-                tls: None,
-            }),
+            )),
             ..ServeOptions::default()
         },
     )

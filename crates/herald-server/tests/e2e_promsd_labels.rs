@@ -124,17 +124,13 @@ async fn start_herald(sim: &Sim, jobs_yaml: &str) -> Herald {
         job_specs(&cfg, None).expect("valid job specs"),
         kube::Config::new(sim.url().parse().expect("kube-sim's url")),
         ServeOptions {
-            kube: Some(KubeServeOptions {
-                listen: "127.0.0.1:0".parse().expect("addr"),
-                api: KubeApiOptions {
+            kube: Some(KubeServeOptions::plain(
+                "127.0.0.1:0".parse().expect("addr"),
+                KubeApiOptions {
                     resources,
                     ..KubeApiOptions::default()
                 },
-                custom: vec![],
-                token_file: None,
-                insecure: false,
-                tls: None,
-            }),
+            )),
             ..ServeOptions::default()
         },
     )

@@ -30,17 +30,13 @@ async fn start_herald(upstream: &str) -> Herald {
         kube::Config::new(upstream.parse().expect("url")),
         ServeOptions {
             user_agent: HERALD_UA.to_string(),
-            kube: Some(KubeServeOptions {
-                listen: "127.0.0.1:0".parse().expect("addr"),
-                api: KubeApiOptions {
+            kube: Some(KubeServeOptions::plain(
+                "127.0.0.1:0".parse().expect("addr"),
+                KubeApiOptions {
                     resources,
                     ..KubeApiOptions::default()
                 },
-                custom: vec![],
-                token_file: None,
-                insecure: false,
-                tls: None,
-            }),
+            )),
             ..ServeOptions::default()
         },
     )

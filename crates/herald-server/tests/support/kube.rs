@@ -48,14 +48,10 @@ pub async fn start_herald(
         kube::Config::new(upstream.parse().expect("url")),
         ServeOptions {
             user_agent: user_agent.to_string(),
-            kube: Some(KubeServeOptions {
-                listen: "127.0.0.1:0".parse().expect("addr"),
+            kube: Some(KubeServeOptions::plain(
+                "127.0.0.1:0".parse().expect("addr"),
                 api,
-                custom: vec![],
-                token_file: None,
-                insecure: false,
-                tls: None,
-            }),
+            )),
             ..ServeOptions::default()
         },
     )
