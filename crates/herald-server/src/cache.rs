@@ -291,6 +291,7 @@ impl Cache {
                     fields: old.fields.clone(),
                     uid_hash: old.uid_hash,
                     bytes,
+                    proto: Default::default(),
                 }));
             }
             if !record {
@@ -323,6 +324,7 @@ mod tests {
             bytes: Bytes::from(format!(
                 r#"{{"metadata":{{"name":"{name}","namespace":"default","resourceVersion":"{rv}"}},"data":{{"v":"{v}"}}}}"#
             )),
+            proto: Default::default(),
         })
     }
 

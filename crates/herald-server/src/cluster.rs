@@ -412,6 +412,7 @@ impl Stored {
                 fields,
                 uid_hash,
                 bytes,
+                proto: Default::default(),
             }),
             Slim::whole(slim),
         )

@@ -17,7 +17,7 @@ use prometheus_client::metrics::gauge::Gauge;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
-use crate::metrics::{KubeRequestLabels, Metrics, VerbLabels};
+use crate::metrics::{ContentLabels, KubeRequestLabels, Metrics, VerbLabels};
 use crate::state::{KubeApiOptions, Shared};
 
 /// The face's own state inside `Shared`.
@@ -98,6 +98,8 @@ struct Observer {
     open: Gauge,
     events: Counter,
     bytes: Counter,
+    content_events: Counter,
+    content_bytes: Counter,
     slow: Counter,
 }
 
@@ -105,6 +107,8 @@ impl WatchObserver for Observer {
     fn sent(&self, lines: u64, bytes: u64) {
         self.events.inc_by(lines);
         self.bytes.inc_by(bytes);
+        self.content_events.inc_by(lines);
+        self.content_bytes.inc_by(bytes);
     }
     fn closed_slow(&self) {
         self.slow.inc();
@@ -177,7 +181,21 @@ impl Backend for Shared {
             e
         })
     }
-    fn request_done(&self, verb: &str, resource: &str, code: u16, _ua: &str, _bytes: u64) {
+    fn request_done(
+        &self,
+        verb: &str,
+        resource: &str,
+        code: u16,
+        _ua: &str,
+        bytes: u64,
+        content_type: &str,
+    ) {
+        if bytes > 0 {
+            self.metrics
+                .kube_content_bytes
+                .get_or_create(&ContentLabels::new(content_type))
+                .inc_by(bytes);
+        }
         self.metrics
             .kube_requests
             .get_or_create(&KubeRequestLabels {
@@ -187,13 +205,21 @@ impl Backend for Shared {
             })
             .inc();
     }
-    fn watch_opened(&self, resource: &str, _ua: &str) -> Box<dyn WatchObserver> {
+    fn watch_opened(
+        &self,
+        resource: &str,
+        _ua: &str,
+        content_type: &str,
+    ) -> Box<dyn WatchObserver> {
         let label = Metrics::kind(resource);
         let m = &self.metrics;
         let open = m.kube_watches_open.get_or_create(&label).clone();
         open.inc();
+        let ct = ContentLabels::new(content_type);
         Box::new(Observer {
             open,
+            content_events: m.kube_content_events.get_or_create(&ct).clone(),
+            content_bytes: m.kube_content_bytes.get_or_create(&ct).clone(),
             events: m.kube_events_sent.get_or_create(&label).clone(),
             bytes: m.kube_bytes_sent.get_or_create(&label).clone(),
             slow: m.kube_watchers_closed_slow.get_or_create(&label).clone(),

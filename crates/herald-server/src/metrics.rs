@@ -38,6 +38,44 @@ pub struct EncodingLabels {
     pub encoding: &'static str,
 }
 
+/// A Kubernetes API response's content type.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ContentLabels {
+    pub content_type: String,
+}
+
+impl ContentLabels {
+    pub fn new(content_type: &str) -> Self {
+        ContentLabels {
+            content_type: content_type.to_string(),
+        }
+    }
+}
+
+/// Objects the Kubernetes API face encoded in protobuf (`kube_face::proto::encoded_total`: each
+/// object version once, shared by every list, get and watch), read at each scrape.
+#[derive(Debug)]
+struct ProtoEncoded;
+
+impl prometheus_client::collector::Collector for ProtoEncoded {
+    fn encode(
+        &self,
+        mut encoder: prometheus_client::encoding::DescriptorEncoder,
+    ) -> Result<(), std::fmt::Error> {
+        use prometheus_client::encoding::EncodeMetric as _;
+        let counter = prometheus_client::metrics::counter::ConstCounter::new(
+            kube_face::proto::encoded_total(),
+        );
+        let mut metric = encoder.encode_descriptor(
+            "kube_objects_encoded",
+            "Objects the Kubernetes API face encoded, by format (JSON objects are sent as received; each object version is encoded in protobuf at most once)",
+            None,
+            counter.metric_type(),
+        )?;
+        counter.encode(metric.encode_family(&[("format", "protobuf")])?)
+    }
+}
+
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct KubeRequestLabels {
     pub verb: String,
@@ -77,6 +115,8 @@ pub struct Metrics {
     pub kube_watches_open: Family<KindLabels, Gauge>,
     pub kube_events_sent: Family<KindLabels, Counter>,
     pub kube_bytes_sent: Family<KindLabels, Counter>,
+    pub kube_content_events: Family<ContentLabels, Counter>,
+    pub kube_content_bytes: Family<ContentLabels, Counter>,
     pub kube_watchers_closed_slow: Family<KindLabels, Counter>,
     pub kube_admission_refused: Family<VerbLabels, Counter>,
     pub kube_auth_refused: Counter,
@@ -214,6 +254,17 @@ impl Metrics {
             "Watch bytes sent downstream, per kind",
             self.kube_bytes_sent.clone(),
         );
+        r.register(
+            "kube_content_events",
+            "Watch events, bookmarks and errors sent downstream, per content type (application/json, application/vnd.kubernetes.protobuf;stream=watch)",
+            self.kube_content_events.clone(),
+        );
+        r.register(
+            "kube_content_bytes",
+            "Bytes sent downstream in lists, gets and watches, per content type",
+            self.kube_content_bytes.clone(),
+        );
+        r.register_collector(Box::new(ProtoEncoded));
         r.register(
             "kube_watchers_closed_slow",
             "Downstream watches closed because their client stopped reading, per kind",

@@ -310,6 +310,7 @@ impl Feed {
                 fields: h.fields,
                 uid_hash: h.uid_hash,
                 bytes: self.kept_bytes(raw),
+                proto: Default::default(),
             }),
             slim,
         })
@@ -598,6 +599,7 @@ impl Feed {
                             fields: h.fields,
                             uid_hash: h.uid_hash,
                             bytes: self.kept_bytes(raw),
+                            proto: Default::default(),
                         });
                         match &mut initial {
                             Some((buf, _)) => buf.retain(|e| e.entry.key != entry.key),

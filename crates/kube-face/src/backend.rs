@@ -104,10 +104,24 @@ pub trait Backend: Send + Sync + 'static {
     fn admit(&self, _verb: &str, _resource: &str) -> Result<(), ApiError> {
         Ok(())
     }
-    /// A request finished (watches: when started).
-    fn request_done(&self, _verb: &str, _resource: &str, _code: u16, _ua: &str, _bytes: u64) {}
-    /// A watch started streaming; the observer is dropped when it ends.
-    fn watch_opened(&self, _resource: &str, _ua: &str) -> Box<dyn WatchObserver> {
+    /// A request finished (watches: when started), answered in `content_type`.
+    fn request_done(
+        &self,
+        _verb: &str,
+        _resource: &str,
+        _code: u16,
+        _ua: &str,
+        _bytes: u64,
+        _content_type: &str,
+    ) {
+    }
+    /// A watch started streaming in `content_type`; the observer is dropped when it ends.
+    fn watch_opened(
+        &self,
+        _resource: &str,
+        _ua: &str,
+        _content_type: &str,
+    ) -> Box<dyn WatchObserver> {
         Box::new(NoopObserver)
     }
     /// A signal that closes every open watch when it changes (fault injection, shutdown).

@@ -5,13 +5,14 @@
 //!
 //! Layers: `resource` (what is served), `log` (one resource's objects and bounded event history,
 //! with apiserver list/watch resourceVersion semantics), `request` (paths and query parameters),
-//! `shard` (KEP-5866 shardSelector), `status` (metav1.Status errors), `discovery`/`openapi`/`table` (documents), `serve` (the HTTP
+//! `shard` (KEP-5866 shardSelector), `proto` (the protobuf wire format), `status` (metav1.Status errors), `discovery`/`openapi`/`table` (documents), `serve` (the HTTP
 //! handler), `watch` (one watch stream), `scan` (byte-level helpers for raw upstream JSON).
 
 pub mod backend;
 pub mod discovery;
 pub mod log;
 pub mod openapi;
+pub mod proto;
 pub mod request;
 pub mod resource;
 pub mod scan;

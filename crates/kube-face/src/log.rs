@@ -7,7 +7,7 @@
 
 use std::collections::{BTreeMap, VecDeque};
 use std::ops::Bound;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use bytes::Bytes;
 
@@ -28,9 +28,20 @@ pub struct Entry {
     pub uid_hash: u64,
     /// The object as JSON, resourceVersion included: what list, get and watch send.
     pub bytes: Bytes,
+    /// The object in protobuf (its message, without the envelope), encoded from `bytes` the first
+    /// time a client asks for protobuf and shared by every list, get and watch after that.
+    pub proto: OnceLock<Bytes>,
 }
 
 impl Entry {
+    /// The object's protobuf message (see `proto`), encoded on first use.
+    pub fn proto(&self, msg: crate::proto::MsgId) -> &Bytes {
+        self.proto.get_or_init(|| {
+            crate::proto::count_encoded();
+            Bytes::from(crate::proto::schema().encode(msg, &self.bytes))
+        })
+    }
+
     pub fn namespace(&self) -> &str {
         &self.key.0
     }
@@ -81,6 +92,18 @@ pub struct Event {
     pub prev: Option<Arc<Entry>>,
     /// `{"type":...,"object":...}\n`, encoded once and shared by every watcher.
     pub line: Bytes,
+    /// The protobuf watch frame, encoded the first time a protobuf watcher needs it and shared.
+    pub frame: OnceLock<Bytes>,
+}
+
+impl Event {
+    /// The event's protobuf watch frame (`proto::watch_frame` of the enveloped object).
+    pub fn frame(&self, msg: crate::proto::MsgId, api_version: &str, kind: &str) -> &Bytes {
+        self.frame.get_or_init(|| {
+            let obj = crate::proto::envelope(api_version, kind, self.obj.proto(msg));
+            crate::proto::watch_frame(self.ty.as_str(), &obj)
+        })
+    }
 }
 
 /// A watch event line: `{"type":"<ty>","object":<object>}\n`.
@@ -222,6 +245,7 @@ impl ResourceLog {
             obj,
             prev,
             line,
+            frame: OnceLock::new(),
         }));
         while self.history.len() > self.window {
             let dropped = self.history.pop_front().expect("len > window >= 1");
@@ -375,6 +399,7 @@ mod tests {
             bytes: Bytes::from(format!(
                 r#"{{"metadata":{{"name":"{name}","resourceVersion":"{rv}"}}}}"#
             )),
+            proto: Default::default(),
         })
     }
 

@@ -20,10 +20,11 @@ use tokio::sync::mpsc;
 use tokio::time::{Instant, sleep_until};
 
 use crate::backend::{Backend, WatchObserver};
-use crate::log::{Entry, EventType, ListAt, event_line};
+use crate::log::{Entry, Event, EventType, ListAt, event_line};
+use crate::proto;
 use crate::request::{Query, Target, parse_rv, selected};
 use crate::resource::ResId;
-use crate::serve::{too_large, wait_for_rv};
+use crate::serve::{Out, too_large, wait_for_rv};
 use crate::status::ApiError;
 
 /// Chunks (one or more event lines) buffered between the watch task and the HTTP body. When full, the
@@ -97,6 +98,7 @@ pub async fn start<B: Backend>(
     mut q: Query,
     ua: &str,
     as_table: bool,
+    out: Out,
 ) -> Result<Response, ApiError> {
     let start = start_mode(&q)?;
     let r = target.resource;
@@ -119,7 +121,8 @@ pub async fn start<B: Backend>(
     };
     let (tx, rx) = mpsc::channel::<Bytes>(BUFFER_CHUNKS);
     let plural = backend.catalog().get(r).plural.clone();
-    let observer = backend.watch_opened(&plural, ua);
+    let content_type = out.format.watch_content_type();
+    let observer = backend.watch_opened(&plural, ua, content_type);
     let w = Watch {
         backend,
         r,
@@ -129,6 +132,7 @@ pub async fn start<B: Backend>(
         observer,
         table_columns_sent: as_table.then(|| std::sync::atomic::AtomicBool::new(false)),
         pending: Vec::new(),
+        out,
     };
     tokio::spawn(w.run(start, timeout));
     let stream =
@@ -136,7 +140,7 @@ pub async fn start<B: Backend>(
     Ok((
         StatusCode::OK,
         [
-            (header::CONTENT_TYPE, "application/json"),
+            (header::CONTENT_TYPE, content_type),
             (header::CACHE_CONTROL, "no-cache, private"),
         ],
         Body::from_stream(stream),
@@ -168,6 +172,8 @@ struct Watch<B: Backend> {
     table_columns_sent: Option<std::sync::atomic::AtomicBool>,
     /// Lines of the current batch, sent as one chunk by `flush`.
     pending: Vec<Bytes>,
+    /// The stream's format (JSON lines, or protobuf frames).
+    out: Out,
 }
 
 impl<B: Backend> Watch<B> {
@@ -176,6 +182,34 @@ impl<B: Backend> Watch<B> {
             .as_deref()
             .is_none_or(|ns| e.namespace() == ns)
             && selected(&self.q, e)
+    }
+
+    /// An object's event line (or frame) of type `ty`.
+    fn obj_line(&self, ty: &str, e: &Entry) -> Bytes {
+        match self.out.proto() {
+            Some(msg) => proto::watch_frame(
+                ty,
+                &proto::envelope(&self.out.api_version, &self.out.kind, e.proto(msg)),
+            ),
+            None => event_line(ty, &e.bytes),
+        }
+    }
+
+    /// A stored event's line (or frame), encoded once and shared by every watcher.
+    fn event_line(&self, ev: &Event) -> Bytes {
+        match self.out.proto() {
+            Some(msg) => ev.frame(msg, &self.out.api_version, &self.out.kind).clone(),
+            None => ev.line.clone(),
+        }
+    }
+
+    /// An ERROR event carrying a Status.
+    fn error_line(&self, err: &ApiError) -> Bytes {
+        let status = err.status_json();
+        match self.out.proto() {
+            Some(_) => proto::watch_frame("ERROR", &proto::status(&status)),
+            None => event_line("ERROR", status.to_string().as_bytes()),
+        }
     }
 
     /// Queues a line for the next `flush`.
@@ -251,7 +285,16 @@ impl<B: Backend> Watch<B> {
             res.kind,
             res.api_version()
         );
-        event_line("BOOKMARK", obj.as_bytes())
+        match self.out.proto() {
+            Some(msg) => {
+                let raw = proto::schema().encode(msg, obj.as_bytes());
+                proto::watch_frame(
+                    "BOOKMARK",
+                    &proto::envelope(&self.out.api_version, &self.out.kind, &raw),
+                )
+            }
+            None => event_line("BOOKMARK", obj.as_bytes()),
+        }
     }
 
     async fn run(mut self, start: Start, timeout: Duration) {
@@ -299,7 +342,7 @@ impl<B: Backend> Watch<B> {
                     .map_err(|_| End::Closed)?;
                 for chunk in page.items.chunks(64) {
                     for e in chunk {
-                        self.push(event_line("ADDED", &e.bytes));
+                        self.push(self.obj_line("ADDED", e));
                     }
                     self.flush().await?;
                 }
@@ -315,11 +358,7 @@ impl<B: Backend> Watch<B> {
                 Ok(ev) => ev,
                 Err(e) => {
                     let err = ApiError::from(e);
-                    self.send(event_line(
-                        "ERROR",
-                        err.status_json().to_string().as_bytes(),
-                    ))
-                    .await?;
+                    self.send(self.error_line(&err)).await?;
                     return Ok(End::Expired);
                 }
             };
@@ -331,13 +370,11 @@ impl<B: Backend> Watch<B> {
                 let now = self.wants(&ev.obj);
                 let was = ev.prev.as_ref().is_some_and(|p| self.wants(p));
                 let line = match (ev.ty, was, now) {
-                    (EventType::Added, _, true) => Some(ev.line.clone()),
-                    (EventType::Modified, true, true) => Some(ev.line.clone()),
-                    (EventType::Modified, false, true) => Some(event_line("ADDED", &ev.obj.bytes)),
-                    (EventType::Modified, true, false) => {
-                        Some(event_line("DELETED", &ev.obj.bytes))
-                    }
-                    (EventType::Deleted, _, true) => Some(ev.line.clone()),
+                    (EventType::Added, _, true) => Some(self.event_line(ev)),
+                    (EventType::Modified, true, true) => Some(self.event_line(ev)),
+                    (EventType::Modified, false, true) => Some(self.obj_line("ADDED", &ev.obj)),
+                    (EventType::Modified, true, false) => Some(self.obj_line("DELETED", &ev.obj)),
+                    (EventType::Deleted, _, true) => Some(self.event_line(ev)),
                     _ => None,
                 };
                 if let Some(line) = line {

@@ -88,10 +88,10 @@ impl Backend for Shared {
     fn write(&self, r: ResId, req: WriteRequest<'_>) -> Result<(StatusCode, Bytes), ApiError> {
         crate::writes::write(&self.store, Kind::from_id(r), req)
     }
-    fn request_done(&self, verb: &str, resource: &str, code: u16, ua: &str, bytes: u64) {
+    fn request_done(&self, verb: &str, resource: &str, code: u16, ua: &str, bytes: u64, _ct: &str) {
         self.meter.request(verb, resource, code, ua, bytes);
     }
-    fn watch_opened(&self, resource: &str, ua: &str) -> Box<dyn WatchObserver> {
+    fn watch_opened(&self, resource: &str, ua: &str, _ct: &str) -> Box<dyn WatchObserver> {
         Box::new(self.meter.watch_opened(resource, ua))
     }
     fn closer(&self) -> Option<tokio::sync::watch::Receiver<u64>> {

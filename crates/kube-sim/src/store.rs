@@ -350,6 +350,7 @@ impl Store {
             fields,
             uid_hash,
             bytes,
+            proto: Default::default(),
         });
         inner
             .kinds
@@ -377,6 +378,7 @@ impl Store {
             fields: prev.fields.clone(),
             uid_hash: prev.uid_hash,
             bytes,
+            proto: Default::default(),
         });
         inner
             .kinds
