@@ -3,6 +3,13 @@
 //
 //	protojudge --server URL [--gets N] [--watch-seconds S] KIND...
 //	protojudge quantities      (stdin: one quantity per line; stdout: Quantity.String() or ERROR)
+//	protojudge random --n N --seed S KIND...
+//	                           random objects of each kind (sigs.k8s.io/randfill, with valid values
+//	                           for the types with their own JSON: Time, MicroTime, Quantity,
+//	                           IntOrString, RawExtension, FieldsV1), one JSON line each:
+//	                           {"kind", "json": the object as encoding/json writes it, "proto":
+//	                           base64 of Go's protobuf marshalling of that JSON decoded again}; Go
+//	                           itself checks that the protobuf decodes back to the same object
 //	protojudge --version
 //
 // For each KIND (a plural: pods, services, endpointslices, ...), against the server:
@@ -42,7 +49,9 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/runtime/serializer/protobuf"
+	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/kubernetes/scheme"
+	"sigs.k8s.io/randfill"
 )
 
 const version = "protojudge: k8s.io/apimachinery v0.37.2 protobuf serializer, client-go v0.37.2 scheme"
@@ -441,9 +450,140 @@ func quantities() {
 	}
 }
 
+// gvks: the group version kind of each plural.
+func gvkOf(plural string) (schema.GroupVersionKind, bool) {
+	p, ok := paths[plural]
+	if !ok {
+		return schema.GroupVersionKind{}, false
+	}
+	gv := strings.TrimPrefix(strings.TrimPrefix(p.prefix, "/apis/"), "/api/")
+	group, version := "", gv
+	if i := strings.Index(gv, "/"); i >= 0 {
+		group, version = gv[:i], gv[i+1:]
+	}
+	for gvk := range scheme.Scheme.AllKnownTypes() {
+		if gvk.Group == group && gvk.Version == version && strings.ToLower(gvk.Kind) == strings.TrimSuffix(strings.TrimSuffix(plural, "es"), "s") ||
+			gvk.Group == group && gvk.Version == version && strings.ToLower(gvk.Kind)+"s" == plural ||
+			gvk.Group == group && gvk.Version == version && strings.ToLower(gvk.Kind)+"es" == plural ||
+			gvk.Group == group && gvk.Version == version && strings.ToLower(gvk.Kind) == plural ||
+			gvk.Group == group && gvk.Version == version && strings.TrimSuffix(strings.ToLower(gvk.Kind), "y")+"ies" == plural {
+			return gvk, true
+		}
+	}
+	return schema.GroupVersionKind{}, false
+}
+
+func filler(seed int64) *randfill.Filler {
+	return randfill.NewWithSeed(seed).NilChance(0.3).NumElements(0, 2).MaxDepth(12).Funcs(
+		func(t *metav1.Time, c randfill.Continue) {
+			if c.Intn(4) == 0 {
+				*t = metav1.Time{}
+				return
+			}
+			*t = metav1.Unix(c.Int63n(4_000_000_000)-1_000_000_000, 0).Rfc3339Copy()
+		},
+		func(t *metav1.MicroTime, c randfill.Continue) {
+			*t = metav1.NewMicroTime(time.Unix(c.Int63n(4_000_000_000), c.Int63n(1_000_000_000)).UTC().Truncate(time.Microsecond))
+		},
+		func(q *resource.Quantity, c randfill.Continue) {
+			forms := []string{"0", "1", "100m", "0.5", "1.5Gi", "1024Ki", "1e3", "12e6", "129M", "7800m", "31.5Gi", "1n", "-2", "0.1m", "4000000k", "512Mi", "3Ki", "1.0"}
+			if c.Intn(2) == 0 {
+				*q = resource.MustParse(forms[c.Intn(len(forms))])
+				return
+			}
+			*q = *resource.NewMilliQuantity(c.Int63n(1<<40)-(1<<20), []resource.Format{resource.DecimalSI, resource.BinarySI, resource.DecimalExponent}[c.Intn(3)])
+		},
+		func(v *intstr.IntOrString, c randfill.Continue) {
+			if c.Bool() {
+				*v = intstr.FromInt32(c.Int31() - 1<<30)
+			} else {
+				*v = intstr.FromString(c.String(8))
+			}
+		},
+		func(r *runtime.RawExtension, c randfill.Continue) {
+			r.Raw = []byte(fmt.Sprintf(`{"apiVersion":"v1","kind":"X","n":%d,"s":%q}`, c.Intn(1000), c.String(5)))
+		},
+		func(f *metav1.FieldsV1, c randfill.Continue) {
+			key, _ := json.Marshal("f:" + c.String(4))
+			f.Raw = []byte(fmt.Sprintf(`{"f:metadata":{"f:labels":{%s:{}}}}`, key))
+		},
+	)
+}
+
+func random(args []string) {
+	fs := flag.NewFlagSet("random", flag.ExitOnError)
+	n := fs.Int("n", 50, "objects per kind")
+	seed := fs.Int64("seed", 1, "random seed")
+	fs.Parse(args)
+	pb := protobuf.NewSerializer(scheme.Scheme, scheme.Scheme)
+	decoder := scheme.Codecs.UniversalDeserializer()
+	f := filler(*seed)
+	out := bufio.NewWriter(os.Stdout)
+	defer out.Flush()
+	failed := false
+	for _, plural := range fs.Args() {
+		gvk, ok := gvkOf(plural)
+		if !ok {
+			fmt.Fprintf(os.Stderr, "unknown kind %s\n", plural)
+			os.Exit(2)
+		}
+		for i := 0; i < *n; i++ {
+			obj, err := scheme.Scheme.New(gvk)
+			if err != nil {
+				fmt.Fprintln(os.Stderr, err)
+				os.Exit(2)
+			}
+			f.Fill(obj)
+			obj.GetObjectKind().SetGroupVersionKind(gvk)
+			js, err := json.Marshal(obj)
+			if err != nil {
+				fmt.Fprintf(os.Stderr, "%s #%d: encoding/json: %v\n", plural, i, err)
+				failed = true
+				continue
+			}
+			again, err := scheme.Scheme.New(gvk)
+			if err != nil {
+				fmt.Fprintln(os.Stderr, err)
+				os.Exit(2)
+			}
+			if err := json.Unmarshal(js, again); err != nil {
+				fmt.Fprintf(os.Stderr, "%s #%d: decoding its JSON: %v\n", plural, i, err)
+				failed = true
+				continue
+			}
+			raw, err := marshal(again)
+			if err != nil {
+				fmt.Fprintln(os.Stderr, err)
+				os.Exit(2)
+			}
+			var enveloped bytes.Buffer
+			if err := pb.Encode(again, &enveloped); err != nil {
+				fmt.Fprintln(os.Stderr, err)
+				os.Exit(2)
+			}
+			back, _, err := decoder.Decode(enveloped.Bytes(), nil, nil)
+			if err != nil || !equality.Semantic.DeepEqual(back, again) {
+				fmt.Fprintf(os.Stderr, "%s #%d: Go's own protobuf does not round-trip: %v %s\n", plural, i, err, objDiff(again, back))
+				failed = true
+			}
+			line, _ := json.Marshal(map[string]any{"kind": plural, "json": string(js), "proto": raw})
+			out.Write(line)
+			out.WriteByte('\n')
+		}
+	}
+	out.Flush()
+	if failed {
+		os.Exit(1)
+	}
+}
+
 func main() {
 	if len(os.Args) > 1 && os.Args[1] == "quantities" {
 		quantities()
+		return
+	}
+	if len(os.Args) > 1 && os.Args[1] == "random" {
+		random(os.Args[2:])
 		return
 	}
 	server := flag.String("server", "", "the face's base URL (http://127.0.0.1:PORT)")
