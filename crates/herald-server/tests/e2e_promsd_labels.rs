@@ -288,7 +288,38 @@ async fn prometheus_kubernetes_sd_lists_what_herald_serves_for_every_role_and_op
     };
     let first = agree(&herald, &mut peers, "the first sync").await;
     assert_metadata_attached(&first);
+    assert_protobuf_served(&herald);
     herald.stop().await;
+}
+
+/// Prometheus's kubernetes_sd asks for protobuf (discovery/kubernetes sets the client's content
+/// type), and herald's face answered its lists and watches in protobuf: its per-content-type
+/// metrics say so.
+fn assert_protobuf_served(herald: &Herald) {
+    let mut metrics = String::new();
+    prometheus_client::encoding::text::encode(&mut metrics, herald.shared().registry())
+        .expect("encode herald's metrics");
+    let value = |series: &str| -> f64 {
+        metrics
+            .lines()
+            .find(|l| l.starts_with(series))
+            .and_then(|l| l.rsplit(' ').next())
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0.0)
+    };
+    let watch = "herald_kube_content_events_total{content_type=\"application/vnd.kubernetes.protobuf;stream=watch\"}";
+    let lists =
+        "herald_kube_content_bytes_total{content_type=\"application/vnd.kubernetes.protobuf\"}";
+    assert!(
+        value(watch) > 0.0 && value(lists) > 0.0,
+        "herald served Prometheus's kubernetes_sd no protobuf:\n{}",
+        metrics
+            .lines()
+            .filter(|l| l.starts_with("herald_kube_content"))
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
+    assert!(value("herald_kube_objects_encoded_total{format=\"protobuf\"}") > 0.0);
 }
 
 /// NB: before the touch loop below, 4 of 9 runs failed here on a loaded machine: one promsd of a

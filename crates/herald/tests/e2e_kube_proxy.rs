@@ -321,6 +321,25 @@ fn through_herald_equals_direct(mode: Mode) {
         );
         via_herald.check_alive();
 
+        // kube-proxy asks for protobuf (its default content type), and got it from herald.
+        let mut metrics = String::new();
+        prometheus_client::encoding::text::encode(&mut metrics, herald.shared().registry())
+            .expect("encode herald's metrics");
+        let protobuf_events = metrics
+            .lines()
+            .find(|l| {
+                l.starts_with(
+                    "herald_kube_content_events_total{content_type=\"application/vnd.kubernetes.protobuf;stream=watch\"}",
+                )
+            })
+            .and_then(|l| l.rsplit(' ').next())
+            .and_then(|v| v.parse::<f64>().ok())
+            .unwrap_or(0.0);
+        assert!(
+            protobuf_events > 0.0,
+            "kube-proxy's watches through herald carried no protobuf events"
+        );
+
         // The upstream still serves herald one watch per kind: the direct kube-proxy gone, every
         // open watch on kube-sim is herald's.
         drop(direct);

@@ -10,6 +10,10 @@
 //	                           {"kind", "json": the object as encoding/json writes it, "proto":
 //	                           base64 of Go's protobuf marshalling of that JSON decoded again}; Go
 //	                           itself checks that the protobuf decodes back to the same object
+//	protojudge measure --server URL [--runs N] KIND...
+//	                           what a list costs in each format: bytes, the server's answer time (the
+//	                           first protobuf list encodes, later ones reuse), and client-go's decode
+//	                           time (the universal deserializer into typed objects, median of N)
 //	protojudge --version
 //
 // For each KIND (a plural: pods, services, endpointslices, ...), against the server:
@@ -38,6 +42,7 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"sort"
 	"strings"
 	"time"
 
@@ -577,7 +582,97 @@ func random(args []string) {
 	}
 }
 
+type measurement struct {
+	Items           int     `json:"items"`
+	JSONBytes       int     `json:"json_bytes"`
+	ProtoBytes      int     `json:"proto_bytes"`
+	JSONListMs      float64 `json:"json_list_ms"`
+	ProtoFirstMs    float64 `json:"proto_first_list_ms"`
+	ProtoListMs     float64 `json:"proto_list_ms"`
+	JSONDecodeMs    float64 `json:"json_decode_ms"`
+	ProtoDecodeMs   float64 `json:"proto_decode_ms"`
+	BytesRatio      float64 `json:"proto_over_json_bytes"`
+	DecodeTimeRatio float64 `json:"proto_over_json_decode"`
+}
+
+func median(xs []float64) float64 {
+	sort.Float64s(xs)
+	return xs[len(xs)/2]
+}
+
+func measure(args []string) {
+	fs := flag.NewFlagSet("measure", flag.ExitOnError)
+	server := fs.String("server", "", "base URL")
+	runs := fs.Int("runs", 5, "repetitions (medians are reported)")
+	fs.Parse(args)
+	j := &judge{server: strings.TrimRight(*server, "/")}
+	decoder := scheme.Codecs.UniversalDeserializer()
+	timed := func(path, accept string) ([]byte, float64) {
+		t := time.Now()
+		b, _, err := j.get(path, accept)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+		return b, float64(time.Since(t).Microseconds()) / 1000
+	}
+	decodeMs := func(b []byte) (float64, int) {
+		t := time.Now()
+		obj, _, err := decoder.Decode(b, nil, nil)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+		items, _ := meta.ExtractList(obj)
+		return float64(time.Since(t).Microseconds()) / 1000, len(items)
+	}
+	report := map[string]measurement{}
+	for _, plural := range fs.Args() {
+		p, ok := paths[plural]
+		if !ok {
+			fmt.Fprintf(os.Stderr, "unknown kind %s\n", plural)
+			os.Exit(2)
+		}
+		base := p.prefix + "/" + plural
+		var m measurement
+		var jl, pl, jd, pd []float64
+		var jb, pb []byte
+		for r := 0; r < *runs; r++ {
+			b, ms := timed(base, protoType)
+			if r == 0 {
+				m.ProtoFirstMs = ms
+			} else {
+				pl = append(pl, ms)
+			}
+			pb = b
+			b, ms = timed(base, "application/json")
+			jl = append(jl, ms)
+			jb = b
+			d, n := decodeMs(jb)
+			jd = append(jd, d)
+			m.Items = n
+			d, _ = decodeMs(pb)
+			pd = append(pd, d)
+		}
+		if len(pl) == 0 {
+			pl = []float64{m.ProtoFirstMs}
+		}
+		m.JSONBytes, m.ProtoBytes = len(jb), len(pb)
+		m.JSONListMs, m.ProtoListMs = median(jl), median(pl)
+		m.JSONDecodeMs, m.ProtoDecodeMs = median(jd), median(pd)
+		m.BytesRatio = float64(m.ProtoBytes) / float64(max(m.JSONBytes, 1))
+		m.DecodeTimeRatio = m.ProtoDecodeMs / max(m.JSONDecodeMs, 0.001)
+		report[plural] = m
+	}
+	out, _ := json.MarshalIndent(report, "", "  ")
+	fmt.Println(string(out))
+}
+
 func main() {
+	if len(os.Args) > 1 && os.Args[1] == "measure" {
+		measure(os.Args[2:])
+		return
+	}
 	if len(os.Args) > 1 && os.Args[1] == "quantities" {
 		quantities()
 		return
