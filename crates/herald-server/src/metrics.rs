@@ -65,6 +65,7 @@ pub struct Metrics {
     pub upstream_relists: Family<KindLabels, Counter>,
     pub upstream_events: Family<EventLabels, Counter>,
     pub upstream_errors: Family<KindLabels, Counter>,
+    pub upstream_bytes: Family<KindLabels, Counter>,
     pub upstream_malformed: Family<KindLabels, Counter>,
     pub upstream_oversized: Family<KindLabels, Counter>,
     pub upstream_stale: Family<KindLabels, Gauge>,
@@ -139,6 +140,11 @@ impl Metrics {
             "upstream_errors",
             "Upstream list/watch errors per kind",
             self.upstream_errors.clone(),
+        );
+        r.register(
+            "upstream_bytes_received",
+            "Bytes of list pages and watch lines received from upstream (as decoded), per kind",
+            self.upstream_bytes.clone(),
         );
         r.register(
             "upstream_malformed_objects",
