@@ -24,7 +24,12 @@ const CHART: &str = "deploy/helm/herald";
 const EXAMPLES: &[(&str, &str, bool, bool)] = &[
     ("sd-only", "deploy/overlays/sd-only", false, false),
     ("sd-kube-api", "deploy/overlays/sd-kube-api", true, false),
-    ("operator-istio", "deploy/overlays/operator-istio", false, true),
+    (
+        "operator-istio",
+        "deploy/overlays/operator-istio",
+        false,
+        true,
+    ),
 ];
 
 fn helm(helm: &Path, args: &[&str]) -> Result<String, String> {
@@ -33,8 +38,14 @@ fn helm(helm: &Path, args: &[&str]) -> Result<String, String> {
         .current_dir(root())
         // NB: no user config or repository cache of the machine's: a chart without dependencies
         // needs none.
-        .env("HELM_CONFIG_HOME", std::env::temp_dir().join("herald-helm-config"))
-        .env("HELM_CACHE_HOME", std::env::temp_dir().join("herald-helm-cache"))
+        .env(
+            "HELM_CONFIG_HOME",
+            std::env::temp_dir().join("herald-helm-config"),
+        )
+        .env(
+            "HELM_CACHE_HOME",
+            std::env::temp_dir().join("herald-helm-cache"),
+        )
         .output()
         .expect("helm runs");
     let stdout = String::from_utf8(out.stdout).expect("UTF-8");
@@ -138,7 +149,13 @@ fn every_documented_values_combination_lints_validates_and_meets_the_production_
             "{values}: the release namespace is helm's unless namespace.create"
         );
         assert_eq!(one(&docs, "PrometheusRule")["spec"], rules, "{values}");
-        deploy::validate(&validate, dir.path(), &format!("{values}.yaml"), &yaml, &docs);
+        deploy::validate(
+            &validate,
+            dir.path(),
+            &format!("{values}.yaml"),
+            &yaml,
+            &docs,
+        );
     }
 
     // Everything on, as another release in another namespace: names follow the release, the
@@ -175,8 +192,14 @@ fn every_documented_values_combination_lints_validates_and_meets_the_production_
         endpoint["tlsConfig"]["serverName"],
         "edge-herald.observability.svc"
     );
-    assert_eq!(endpoint["authorization"]["credentials"]["name"], "edge-herald-tokens");
-    assert_eq!(one(&docs, "PrometheusRule")["metadata"]["labels"]["release"], "kps");
+    assert_eq!(
+        endpoint["authorization"]["credentials"]["name"],
+        "edge-herald-tokens"
+    );
+    assert_eq!(
+        one(&docs, "PrometheusRule")["metadata"]["labels"]["release"],
+        "kps"
+    );
     let d = one(&docs, "Deployment");
     let args = &d["spec"]["template"]["spec"]["containers"][0]["args"];
     assert_eq!(args[3], "--body-budget-bytes=268435456");
@@ -188,8 +211,8 @@ fn every_documented_values_combination_lints_validates_and_meets_the_production_
         .expect("the job ConfigMap");
     assert_eq!(volumes[0]["configMap"]["name"], jobs["metadata"]["name"]);
     assert_eq!(
-        one(&docs, "NetworkPolicy")["spec"]["ingress"][0]["from"][0]["namespaceSelector"]
-            ["matchLabels"]["monitoring"],
+        one(&docs, "NetworkPolicy")["spec"]["ingress"][0]["from"][0]["namespaceSelector"]["matchLabels"]
+            ["monitoring"],
         "true"
     );
     assert_eq!(
@@ -214,7 +237,10 @@ fn every_documented_values_combination_lints_validates_and_meets_the_production_
         .filter(|k| !bare.contains_key(*k))
         .map(|(kind, _)| kind.as_str())
         .collect();
-    assert_eq!(dropped, ["NetworkPolicy", "PrometheusRule", "ServiceMonitor"]);
+    assert_eq!(
+        dropped,
+        ["NetworkPolicy", "PrometheusRule", "ServiceMonitor"]
+    );
     for (key, obj) in &bare {
         assert_eq!(obj, &full[key], "{key:?}");
     }
@@ -239,7 +265,9 @@ fn the_chart_refuses_any_verb_but_list_and_watch() {
         )
         .expect_err("a verb beyond list and watch is refused");
         assert!(
-            err.contains(&format!("herald only lists and watches; \"{verb}\" is not granted")),
+            err.contains(&format!(
+                "herald only lists and watches; \"{verb}\" is not granted"
+            )),
             "{err}"
         );
     }
