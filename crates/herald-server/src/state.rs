@@ -259,7 +259,7 @@ impl Shared {
                 &metrics.upstream_oversized,
                 &metrics.upstream_lists,
             ] {
-                c.get_or_create(&label);
+                let _created = c.get_or_create(&label);
             }
         }
         // Labels and selectable fields are kept only where something selects by them: the Kubernetes
