@@ -139,11 +139,16 @@ fn every_documented_values_combination_lints_validates_and_meets_the_production_
     let dashboard =
         std::fs::read_to_string(root().join("deploy/dashboards/herald.json")).expect("dashboard");
 
-    for (values, _, kube_api, exact) in EXAMPLES {
+    // The overlays' values files, and monitors without Istio (no overlay renders it).
+    let documented = EXAMPLES
+        .iter()
+        .map(|(values, _, kube_api, exact)| (*values, *kube_api, *exact))
+        .chain([("operator", false, true)]);
+    for (values, kube_api, exact) in documented {
         let file = example(values);
         let yaml = lint_and_render(&bin, "herald", "herald", &["-f", &file]);
         let docs = documents(&yaml);
-        check_rules(values, &docs, *kube_api, *exact);
+        check_rules(values, &docs, kube_api, exact);
         assert!(
             docs.iter().all(|d| d["kind"] != "Namespace"),
             "{values}: the release namespace is helm's unless namespace.create"
