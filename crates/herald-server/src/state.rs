@@ -251,6 +251,16 @@ impl Shared {
             let label = Metrics::kind(&cache.get(r).resource.plural);
             metrics.upstream_stale.get_or_create(&label).set(0);
             metrics.objects.get_or_create(&label).set(0);
+            // Counters of what may go wrong start at 0 per kind, so `rate()` and `increase()` see
+            // the first error (a series born at its first increment hides it).
+            for c in [
+                &metrics.upstream_errors,
+                &metrics.upstream_malformed,
+                &metrics.upstream_oversized,
+                &metrics.upstream_lists,
+            ] {
+                let _created = c.get_or_create(&label);
+            }
         }
         // Labels and selectable fields are kept only where something selects by them: the Kubernetes
         // API face (its clients' selectors) or a job's selectors on that kind.

@@ -153,35 +153,12 @@ impl Status {
                 }
             })
             .collect();
-        let kube_watches_open: i64 = shared
-            .cache
-            .ids()
-            .map(|r| {
-                m.kube_watches_open
-                    .get_or_create(&Metrics::kind(&shared.cache.get(r).resource.plural))
-                    .get()
-            })
-            .sum();
-        let per_sd_client: u64 = recent
-            .iter()
-            .map(|c| shared.jobs().get(c.job).map_or(0, |h| h.kinds.len() as u64))
-            .sum();
-        let direct_watches = per_sd_client + kube_watches_open.max(0) as u64;
-        let upstream_watches = upstream.len();
         Status {
             version: env!("CARGO_PKG_VERSION"),
             ready: shared.ready(),
             upstream,
             jobs,
-            consumers: ConsumerStatus {
-                sd_clients: recent.len(),
-                window_seconds: CONSUMER_WINDOW.as_secs(),
-                sd_waiting: m.sd_waiting.get(),
-                kube_watches_open,
-                upstream_watches,
-                direct_watches,
-                watches_saved: direct_watches.saturating_sub(upstream_watches as u64),
-            },
+            consumers: ConsumerStatus::collect(shared, &recent),
             monitors: shared.monitors.config.as_ref().map(|cfg| {
                 let views = shared.monitors.views();
                 MonitorStatus {
@@ -197,6 +174,38 @@ impl Status {
                 }
             }),
             recent_warnings: recent_warnings(),
+        }
+    }
+}
+
+impl ConsumerStatus {
+    /// Who `recent` (the recent SD consumers) and the open downstream watches are, against the
+    /// watches herald holds upstream. Also set as gauges at each `/metrics` scrape.
+    pub(crate) fn collect(shared: &Shared, recent: &[consumers::Consumer]) -> ConsumerStatus {
+        let m = &shared.metrics;
+        let kube_watches_open: i64 = shared
+            .cache
+            .ids()
+            .map(|r| {
+                m.kube_watches_open
+                    .get_or_create(&Metrics::kind(&shared.cache.get(r).resource.plural))
+                    .get()
+            })
+            .sum();
+        let per_sd_client: u64 = recent
+            .iter()
+            .map(|c| shared.jobs().get(c.job).map_or(0, |h| h.kinds.len() as u64))
+            .sum();
+        let direct_watches = per_sd_client + kube_watches_open.max(0) as u64;
+        let upstream_watches = shared.cache.ids().count();
+        ConsumerStatus {
+            sd_clients: recent.len(),
+            window_seconds: CONSUMER_WINDOW.as_secs(),
+            sd_waiting: m.sd_waiting.get(),
+            kube_watches_open,
+            upstream_watches,
+            direct_watches,
+            watches_saved: direct_watches.saturating_sub(upstream_watches as u64),
         }
     }
 }

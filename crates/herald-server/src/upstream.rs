@@ -322,6 +322,15 @@ impl Feed {
     }
 
     /// An object larger than the limit was refused: counted, and its last good version kept.
+    /// Counts `bytes` of a list page or a watch line (`herald_upstream_bytes_received`).
+    fn received(&self, bytes: usize) {
+        self.shared
+            .metrics
+            .upstream_bytes
+            .get_or_create(&self.labels())
+            .inc_by(bytes as u64);
+    }
+
     fn oversized(&self, bytes: usize) {
         self.shared
             .metrics
@@ -433,6 +442,7 @@ impl Feed {
                 Ok(b) => b,
                 Err(e) => return Outcome::Failed(Phase::List, format!("list {url}: {e}")),
             };
+            self.received(body.len());
             let page: ListPage = match serde_json::from_str(&body) {
                 Ok(p) => p,
                 Err(e) => return Outcome::Failed(Phase::List, format!("list {url}: {e}")),
@@ -539,9 +549,13 @@ impl Feed {
                 }
             };
             let n = match read {
-                Ok(Ok(crate::frames::Frame::Line(n))) => n,
+                Ok(Ok(crate::frames::Frame::Line(n))) => {
+                    self.received(n);
+                    n
+                }
                 Ok(Ok(crate::frames::Frame::End)) => 0,
                 Ok(Ok(crate::frames::Frame::Oversized(bytes))) => {
+                    self.received(bytes);
                     self.oversized(bytes);
                     continue;
                 }

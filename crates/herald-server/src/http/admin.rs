@@ -26,6 +26,10 @@ pub async fn readyz(State(shared): State<Arc<Shared>>) -> Response {
         .into_response()
 }
 
+fn gauge(n: u64) -> i64 {
+    i64::try_from(n).unwrap_or(i64::MAX)
+}
+
 pub async fn metrics(State(shared): State<Arc<Shared>>) -> Response {
     // Ages are computed at scrape time rather than kept ticking in the background.
     for (kind, age) in shared.last_event_ages() {
@@ -37,6 +41,12 @@ pub async fn metrics(State(shared): State<Arc<Shared>>) -> Response {
                 .set(age);
         }
     }
+    let m = &shared.metrics;
+    m.ready.set(i64::from(shared.ready()));
+    let consumers = crate::status::ConsumerStatus::collect(&shared, &shared.consumers.recent());
+    m.sd_consumers.set(gauge(consumers.sd_clients as u64));
+    m.direct_watches.set(gauge(consumers.direct_watches));
+    m.watches_saved.set(gauge(consumers.watches_saved));
     let mut body = String::new();
     if let Err(e) = prometheus_client::encoding::text::encode(&mut body, shared.registry()) {
         tracing::error!(error = %e, "encoding metrics failed");

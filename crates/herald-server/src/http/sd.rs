@@ -279,6 +279,7 @@ async fn serve_job(
     raw: Option<&str>,
     headers: &HeaderMap,
 ) -> Result<(Response, usize, Option<Shard>), ApiError> {
+    let mut started = Instant::now();
     // A configured job, or a monitor job: a view over the base job `j`.
     let (j, view) = match shared.job(name) {
         Some(j) => (j, None),
@@ -336,6 +337,8 @@ async fn serve_job(
                 Ok(Err(_)) | Err(_) => break,
             }
         }
+        // The wait is the client's choice: herald's own time counts from the wake-up.
+        started = Instant::now();
     }
 
     shared.served.fetch_add(1, Ordering::Relaxed);
@@ -348,6 +351,11 @@ async fn serve_job(
         headers,
         stale,
     );
+    shared
+        .metrics
+        .sd_response
+        .0
+        .observe(started.elapsed().as_secs_f64());
     Ok((res, j, query.shard))
 }
 
