@@ -19,8 +19,8 @@
 //	GET /stores    {"watch_list": bool, "synced": bool, "kinds": {KIND: {KEY: {"rv", "hash"}}},
 //	               "requests": {"list"|"watch"|"watch_list"[_CODE]: n}}: every object each
 //	               informer's store holds, by namespace/name key, with its resourceVersion and the
-//	               SHA-256 of its JSON (metadata.managedFields and apiVersion/kind left out, keys
-//	               sorted); and the requests the informers made, by kind of request (a watch with
+//	               SHA-256 of its JSON (metadata.managedFields, apiVersion/kind, nulls and empty lists
+//	               and maps left out, keys sorted); and the requests the informers made, by kind of request (a watch with
 //	               sendInitialEvents=true is a watch_list) and, when not 200, by status (0: no answer)
 package main
 
@@ -154,6 +154,11 @@ func hash(obj any) (string, error) {
 	if md, ok := m["metadata"].(map[string]any); ok {
 		delete(md, "managedFields")
 	}
+	// An empty list or map and an absent one are the same object to client-go (apimachinery's
+	// semantic equality), but not the same JSON: a field without omitempty decoded from JSON `[]` is
+	// written back `[]`, decoded from protobuf (which has no empty repeated field) it is written
+	// `null`. The apiserver's protobuf does the same.
+	dropEmpty(m)
 	// encoding/json writes map keys sorted, so equal objects hash equally.
 	canon, err := json.Marshal(m)
 	if err != nil {
@@ -161,6 +166,27 @@ func hash(obj any) (string, error) {
 	}
 	sum := sha256.Sum256(canon)
 	return hex.EncodeToString(sum[:]), nil
+}
+
+// dropEmpty removes null values, empty lists and empty maps, recursively (a map emptied by it goes too).
+func dropEmpty(v any) bool {
+	switch t := v.(type) {
+	case nil:
+		return true
+	case map[string]any:
+		for k, e := range t {
+			if dropEmpty(e) {
+				delete(t, k)
+			}
+		}
+		return len(t) == 0
+	case []any:
+		for _, e := range t {
+			dropEmpty(e)
+		}
+		return len(t) == 0
+	}
+	return false
 }
 
 func (j *judge) stores() (map[string]map[string]entry, error) {
