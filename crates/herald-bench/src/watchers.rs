@@ -35,6 +35,8 @@ pub struct Target {
     /// Path and query of the watch, with `watch=true` (a `resourceVersion` is appended).
     pub path: String,
     pub user_agent: &'static str,
+    /// Ask for protobuf (`application/vnd.kubernetes.protobuf`) instead of JSON.
+    pub protobuf: bool,
 }
 
 /// What all watchers of one run share. Counters are touched once per socket read, not per event.
@@ -168,10 +170,16 @@ async fn watch_once(
         Some(v) => format!("{}&resourceVersion={v}", target.path),
         None => target.path.clone(),
     };
-    s.write_all(&wire::get_request(
+    let accept = if target.protobuf {
+        "application/vnd.kubernetes.protobuf, application/json"
+    } else {
+        "application/json"
+    };
+    s.write_all(&wire::get_request_accepting(
         &path,
         &addr.to_string(),
         target.user_agent,
+        accept,
     ))
     .await
     .context("sending the request")?;
@@ -211,11 +219,16 @@ async fn watch_once(
             let now = now_ns();
             let ws = m.window_start.load(Relaxed);
             let we = m.window_end.load(Relaxed);
-            let batch = scan::take_lines(&mut body, |t| {
+            let sample = |t: u64| {
                 if t >= ws && t <= we {
                     samples.push(now.saturating_sub(t) / 1000);
                 }
-            });
+            };
+            let batch = if target.protobuf {
+                scan::take_frames(&mut body, sample)
+            } else {
+                scan::take_lines(&mut body, sample)
+            };
             if !samples.is_empty() {
                 let mut h = m.shards[id % SHARDS].lock().expect("no panics under lock");
                 for &v in samples.iter() {

@@ -61,8 +61,13 @@ pub fn parse_head(buf: &[u8]) -> Result<Option<Head>, String> {
 
 /// The `GET` request for `path` (with its query) on a keep-alive connection.
 pub fn get_request(path: &str, host: &str, user_agent: &str) -> Vec<u8> {
+    get_request_accepting(path, host, user_agent, "application/json")
+}
+
+/// A GET with the given Accept header.
+pub fn get_request_accepting(path: &str, host: &str, user_agent: &str, accept: &str) -> Vec<u8> {
     format!(
-        "GET {path} HTTP/1.1\r\nHost: {host}\r\nUser-Agent: {user_agent}\r\nAccept: application/json\r\n\r\n"
+        "GET {path} HTTP/1.1\r\nHost: {host}\r\nUser-Agent: {user_agent}\r\nAccept: {accept}\r\n\r\n"
     )
     .into_bytes()
 }

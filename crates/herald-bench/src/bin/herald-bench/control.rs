@@ -181,6 +181,7 @@ async fn measure(
                 addr: herald_bench::addr_of(&base)?,
                 path: "/api/v1/pods?watch=true&allowWatchBookmarks=true".into(),
                 user_agent: "bench-watcher",
+                protobuf: false,
             });
             for id in 0..n {
                 tasks.spawn(informer(

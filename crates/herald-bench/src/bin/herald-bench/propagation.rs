@@ -106,6 +106,7 @@ async fn at_rate(
             addr: herald_bench::addr_of(base)?,
             path: WATCH_PATH.to_string(),
             user_agent: "bench-watcher",
+            protobuf: false,
         });
         let rv: u64 = env
             .get_json(&format!(

@@ -288,6 +288,7 @@ pub async fn run(env: &Env, plan: &Plan) -> anyhow::Result<Value> {
         addr: herald_bench::addr_of(&kube)?,
         path: "/api/v1/pods?watch=true&allowWatchBookmarks=true".into(),
         user_agent: "bench-watcher",
+        protobuf: false,
     });
     let mut tasks = Vec::new();
     for i in 0..plan.watchers {

@@ -122,6 +122,9 @@ struct Args {
     /// What "quiet" means for --wait-idle, in busy cores.
     #[arg(long, default_value_t = 0.3)]
     idle_below: f64,
+    /// Watch in protobuf (`application/vnd.kubernetes.protobuf;stream=watch`) instead of JSON.
+    #[arg(long)]
+    protobuf: bool,
     /// herald's kube_api.admission_rate (new lists and watches per second).
     #[arg(long, default_value_t = 100_000.0)]
     admission_rate: f64,
@@ -475,6 +478,7 @@ async fn measure(ctx: &Ctx, n: usize, via: Via, run: usize) -> anyhow::Result<Va
         addr,
         path: WATCH_PATH.to_string(),
         user_agent: WATCHER_UA,
+        protobuf: a.protobuf,
     });
     for id in 0..n {
         iv.tick().await;
@@ -611,6 +615,7 @@ async fn measure(ctx: &Ctx, n: usize, via: Via, run: usize) -> anyhow::Result<Va
             "upstream_events_per_s": (hm(&s1, "herald_upstream_events_total") - hm(&s0, "herald_upstream_events_total")) / window,
             "cache_rv_lag_at_window_end": rv_lag,
             "bytes_sent_per_s": (hm(&s1, "herald_kube_bytes_sent_total") - hm(&s0, "herald_kube_bytes_sent_total")) / window,
+            "bytes_per_delivered_event": (hm(&s1, "herald_kube_bytes_sent_total") - hm(&s0, "herald_kube_bytes_sent_total")) / delivered_in_window.max(1) as f64,
             "writes_to_watchers_per_s": (hm(&s1, "herald_kube_events_sent_total") - hm(&s0, "herald_kube_events_sent_total")) / window,
             "watchers_closed_slow_total": hm(&s2, "herald_kube_watchers_closed_slow_total"),
             "admission_refused_total": hm(&s2, "herald_kube_admission_refused_total"),
@@ -619,6 +624,7 @@ async fn measure(ctx: &Ctx, n: usize, via: Via, run: usize) -> anyhow::Result<Va
     let result = json!({
         "watchers": n,
         "via": via.name(),
+        "content_type": if a.protobuf { "protobuf" } else { "json" },
         "run": run,
         "attached": attached,
         "attach_seconds": attach_s,
