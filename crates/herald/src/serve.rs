@@ -44,6 +44,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
             body_budget_bytes: args.body_budget_bytes,
             monitors: config.monitors.clone(),
             istio: config.istio.clone(),
+            target_allocator: config.target_allocator.clone(),
         },
     )
     .await?;
