@@ -150,6 +150,11 @@ pub struct DemoArgs {
     /// Seconds between summary lines.
     #[arg(long, default_value_t = 2)]
     pub summary_every: u64,
+    /// Attach this many simulated Prometheus shards (polling every job's /sd/v1 shard) and as many
+    /// informers (list+watch on herald's Kubernetes API), so the live line shows what herald saves
+    /// from the start; 0 for none.
+    #[arg(long, value_name = "N", default_value_t = 3)]
+    pub consumers: usize,
 }
 
 fn parse_duration(s: &str) -> Result<Duration, String> {

@@ -251,3 +251,46 @@ fn demo_prints_working_sd_urls_whose_targets_are_all_loopback() {
         "the live line compares consumers with apiserver watches: {summary}"
     );
 }
+
+#[test]
+fn demo_with_consumers_prints_a_saving_within_ten_seconds() {
+    let started = Instant::now();
+    let mut child = KillOnDrop(
+        Command::new(BIN)
+            .args(["demo", "--listen", "127.0.0.1:0", "--for", "30s"])
+            .args(["--consumers", "2", "--summary-every", "1"])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("herald demo starts"),
+    );
+    let mut out = BufReader::new(child.0.stdout.take().expect("stdout"));
+    let attached = wait_for_line(&mut out, "Attached:");
+    assert!(
+        attached.contains("2 Prometheus shards") && attached.contains("2 informers"),
+        "{attached}"
+    );
+    // The number in "(N saved)" of a live line.
+    let saved = |line: &str| -> Option<u64> {
+        let (head, _) = line.split_once(" saved)")?;
+        head.rsplit('(').next()?.parse().ok()
+    };
+    let line = loop {
+        let mut line = String::new();
+        let n = out.read_line(&mut line).expect("read stdout");
+        assert!(n > 0, "stdout ended before a live line with a saving");
+        if saved(&line).is_some_and(|n| n > 0) {
+            break line;
+        }
+    };
+    let elapsed = started.elapsed();
+    assert!(
+        elapsed < Duration::from_secs(10),
+        "the first saving came after {elapsed:?}: {line}"
+    );
+    // Two shards polling each of the four jobs, and two informers on the face.
+    assert!(
+        line.starts_with("8 SD clients + 2 API watches served by herald over 7 upstream watches"),
+        "{line}"
+    );
+}
