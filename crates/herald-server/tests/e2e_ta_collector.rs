@@ -449,3 +449,60 @@ async fn the_real_receiver_scrapes_what_herald_assigned_it() {
     );
     herald.stop().await;
 }
+
+#[tokio::test]
+async fn the_allocator_api_sits_behind_the_same_authentication_as_sd() {
+    let sim = start_sim(loopback_spec(), 12).await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let tokens = dir.path().join("tokens");
+    std::fs::write(&tokens, "collector-token\n").expect("tokens");
+    let cfg = herald_core::parse_config(
+        "jobs:\n- name: pods\n  role: pod\ntarget_allocator:\n  collectors: [a, b]\n",
+    )
+    .expect("valid config");
+    let herald = Herald::start(
+        job_specs(&cfg, None).expect("valid specs"),
+        kube::Config::new(sim.url().parse().expect("kube-sim's url")),
+        ServeOptions {
+            target_allocator: cfg.target_allocator.clone(),
+            security: herald_server::Security {
+                token_file: Some(tokens),
+                tls: None,
+                insecure: false,
+            },
+            ..ServeOptions::default()
+        },
+    )
+    .await
+    .expect("herald starts");
+    tokio::time::timeout(Duration::from_secs(20), herald.ready())
+        .await
+        .expect("herald syncs with kube-sim");
+    let http = reqwest::Client::new();
+    for path in [
+        "/scrape_configs",
+        "/jobs",
+        "/jobs/pods/targets",
+        "/jobs/pods/targets?collector_id=a",
+        "/sd/v1/pods",
+    ] {
+        let url = format!("{}{path}", herald.url());
+        let bare = http.get(&url).send().await.expect("herald answers");
+        assert_eq!(bare.status().as_u16(), 401, "{path} without a token");
+        let wrong = http
+            .get(&url)
+            .bearer_auth("nope")
+            .send()
+            .await
+            .expect("herald answers");
+        assert_eq!(wrong.status().as_u16(), 403, "{path} with a wrong token");
+        let ok = http
+            .get(&url)
+            .bearer_auth("collector-token")
+            .send()
+            .await
+            .expect("herald answers");
+        assert_eq!(ok.status().as_u16(), 200, "{path} with the token");
+    }
+    herald.stop().await;
+}
