@@ -14,8 +14,8 @@
 //!   `Node`; a target without a node goes to the fallback strategy when one is set, else nowhere.
 //!
 //! The ring (`Ring`) is the library's algorithm step for step, so a herald and an allocator given the
-//! same collectors place every address on the same collector (checked against the Go library in
-//! herald-server's tests when the Go peers are built).
+//! same collectors place every address on the same collector (checked against the Go library by
+//! herald-server's `e2e_ta_ring` test, through `peers/ringjudge`).
 
 use std::collections::HashMap;
 
@@ -337,7 +337,7 @@ mod tests {
         // targets the Go library moves (`LocateKey` before and after, go run over the same inputs,
         // 2026-11-26). The bounded load makes some exceed 1/N + 5 % (6→7: 22.6 %, 7→8: 22.5 %,
         // 8→9: 24.1 %): the allocator's behaviour, reproduced. Placement by placement the ring is
-        // also compared with the Go library in herald-server's `ta_api_peers` test.
+        // also compared with the Go library in herald-server's `e2e_ta_ring` test.
         let expected = [
             8838, 8483, 6374, 5713, 3977, 4523, 4490, 4825, 3255, 3532, 3694,
         ];
