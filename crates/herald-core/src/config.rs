@@ -14,7 +14,9 @@ use crate::target::{AttachMetadata, OwnerMetadata, Role};
 
 pub mod annotations;
 mod server;
+pub mod target_allocator;
 pub use server::ServerConfig;
+pub use target_allocator::TargetAllocatorConfig;
 
 /// Fields of a Prometheus `kubernetes_sd_configs` entry that configure its own API client
 /// (`api_server`, `kubeconfig_file` and the inlined `config.HTTPClientConfig` of prometheus/common).
@@ -50,6 +52,8 @@ pub struct Config {
     pub monitors: Option<MonitorsConfig>,
     /// The `istio:` section: the mesh as jobs with `istio:` see it.
     pub istio: IstioConfig,
+    /// The `target_allocator:` section: the OpenTelemetry target allocator's API. Unset: not served.
+    pub target_allocator: Option<TargetAllocatorConfig>,
 }
 
 /// `istio:`: where the mesh keeps its mesh-wide policy, and where the Prometheus scraping under
@@ -380,6 +384,8 @@ struct RawConfig {
     monitors: Option<serde_yaml::Value>,
     #[serde(default)]
     istio: Option<serde_yaml::Value>,
+    #[serde(default)]
+    target_allocator: Option<serde_yaml::Value>,
 }
 
 /// A job's top level. Sections stay raw YAML so each is decoded on its own and its errors can say
@@ -560,12 +566,30 @@ pub fn parse_config(yaml: &str) -> Result<Config, ConfigError> {
             ))),
         });
     }
+    let target_allocator = match raw.target_allocator {
+        None | Some(serde_yaml::Value::Null) => None,
+        Some(v) => Some(
+            target_allocator::parse(v)
+                .map_err(|e| ConfigError::Yaml(format!("target_allocator: {e}")))?,
+        ),
+    };
+    if target_allocator
+        .as_ref()
+        .is_some_and(|t| matches!(t.collectors, target_allocator::Collectors::Pods { .. }))
+        && names.contains(target_allocator::COLLECTORS_JOB)
+    {
+        return Err(ConfigError::Yaml(format!(
+            "job {:?} is reserved: herald finds the collector pods with it",
+            target_allocator::COLLECTORS_JOB
+        )));
+    }
     Ok(Config {
         jobs,
         kube_api,
         server,
         monitors,
         istio,
+        target_allocator,
     })
 }
 

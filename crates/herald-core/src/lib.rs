@@ -11,6 +11,7 @@
 //! re-sent, Go map iteration order), the builders here are the pure function of the objects and the
 //! lookups at build time; the role modules mark those places with `NB:`.
 
+pub mod allocation;
 pub mod config;
 pub mod httpsd;
 pub mod istio;
@@ -31,7 +32,7 @@ use k8s_openapi::api::networking::v1::Ingress;
 
 pub use config::{
     Config, ConfigError, IstioConfig, Job, KindRef, KubeApiConfig, MonitorsConfig, ServerConfig,
-    parse_config,
+    TargetAllocatorConfig, parse_config,
 };
 pub use httpsd::{HttpSdEntry, JobRelabel, encode_http_sd, http_sd_entries};
 pub use relabel::{RelabelConfig, RelabelError, Relabeler};

@@ -1,10 +1,11 @@
 //! herald's HTTP faces: HTTP service discovery under `/sd/v1`, the admin endpoints (`/healthz`,
-//! `/readyz`, `/metrics`) and the status page (`/`, `/status.json`). `app` builds the router so tests
+//! `/readyz`, `/metrics`), the status page (`/`, `/status.json`) and, when configured, the OpenTelemetry
+//! target allocator's API (`crate::allocator::api`). `app` builds the router so tests
 //! drive it without a socket.
 
 mod admin;
 mod query;
-mod sd;
+pub(crate) mod sd;
 pub mod status;
 
 use std::sync::Arc;
@@ -20,7 +21,16 @@ pub use query::{QueryError, SdQuery, parse_duration};
 
 /// The whole HTTP surface over `shared`.
 pub fn app(shared: Arc<Shared>) -> Router {
-    Router::new()
+    app_with(shared, None)
+}
+
+/// The whole HTTP surface over `shared`, and the OpenTelemetry target allocator's API when
+/// `allocator` is set (`crate::allocator::api`).
+pub fn app_with(
+    shared: Arc<Shared>,
+    allocator: Option<Arc<crate::allocator::Allocator>>,
+) -> Router {
+    let router = Router::new()
         // A wildcard: monitor jobs are named `serviceMonitor/<namespace>/<name>/<index>`.
         .route("/sd/v1/{*job}", get(sd::job))
         .route("/scrape-configs", get(sd::scrape_configs))
@@ -31,8 +41,12 @@ pub fn app(shared: Arc<Shared>) -> Router {
         .route("/healthz", get(admin::healthz))
         .route("/readyz", get(admin::readyz))
         .route("/metrics", get(admin::metrics))
-        .fallback(|| async { ApiError::NotFound("no such path".into()) })
-        .with_state(shared)
+        .with_state(shared);
+    let router = match allocator {
+        Some(a) => router.merge(crate::allocator::api::router(a)),
+        None => router,
+    };
+    router.fallback(|| async { ApiError::NotFound("no such path".into()) })
 }
 
 /// A refused request: 401 with a `WWW-Authenticate` challenge when no credential came, 403 when a

@@ -8,9 +8,11 @@
 //! job/shard/generation, held as LZ4 blocks), `bodies` (the bodies kept, within a byte budget), `cache` (upstream objects per served resource), `state` (what tasks and
 //! handlers share), `upstream` (watch tasks; `frames` bounds their lines), `http` (axum router),
 //! `status` (the status page's data), `monitors` and `istio` (prometheus-operator monitors and
-//! Istio's PeerAuthentications, read from the cache), `auth` and `tls` (credentials and TLS on every port), `serve`
+//! Istio's PeerAuthentications, read from the cache), `allocator` (the OpenTelemetry target
+//! allocator's API over the same bodies), `auth` and `tls` (credentials and TLS on every port), `serve`
 //! (wiring); `reference` computes jobs from scratch for the tests and the fault soak to compare with.
 
+pub mod allocator;
 pub mod auth;
 pub mod bodies;
 pub mod cache;
@@ -33,11 +35,12 @@ pub mod status;
 pub mod tls;
 pub mod upstream;
 
+pub use allocator::Allocator;
 pub use auth::Security;
 pub use cluster::{Object, ObjectKey, StoredObject, WatchKind};
 pub use compact::Group;
 pub use filter::{FilterError, JobFilter, JobSpec};
-pub use http::app;
+pub use http::{app, app_with};
 pub use index::Index;
 pub use reference::{Reference, ReferenceError};
 pub use serve::{

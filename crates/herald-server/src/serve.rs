@@ -40,6 +40,9 @@ pub struct ServeOptions {
     pub monitors: Option<herald_core::MonitorsConfig>,
     /// The `istio:` section: read when some job has `istio:` (then PeerAuthentications are watched).
     pub istio: herald_core::IstioConfig,
+    /// The `target_allocator:` section: serve the OpenTelemetry target allocator's API. With
+    /// `collector_selector`, the specs must include the collectors job (`job_specs` adds it).
+    pub target_allocator: Option<herald_core::TargetAllocatorConfig>,
 }
 
 impl Default for ServeOptions {
@@ -54,6 +57,7 @@ impl Default for ServeOptions {
             body_budget_bytes: crate::bodies::DEFAULT_BUDGET_BYTES,
             monitors: None,
             istio: herald_core::IstioConfig::default(),
+            target_allocator: None,
         }
     }
 }
@@ -284,6 +288,14 @@ pub fn job_specs(
     if let Some(m) = &config.monitors {
         specs.extend(crate::monitors::base_specs(m)?);
     }
+    // The collector pods, found through the pod watch like any pod job's targets.
+    if let Some(job) = config
+        .target_allocator
+        .as_ref()
+        .and_then(|t| t.collectors_job())
+    {
+        specs.push(JobSpec::from_job(&job, own_namespace)?);
+    }
     Ok(specs)
 }
 
@@ -501,8 +513,12 @@ impl Herald {
                 shutdown.clone(),
             )));
         }
+        let allocator = options
+            .target_allocator
+            .clone()
+            .map(|t| Arc::new(crate::allocator::Allocator::over(t, shared.clone())));
         let app = crate::auth::guard(
-            crate::http::app(shared.clone()),
+            crate::http::app_with(shared.clone(), allocator),
             &options.security,
             shared.metrics.http_auth_refused.clone(),
             crate::http::refuse,

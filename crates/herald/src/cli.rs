@@ -131,6 +131,22 @@ pub struct ServeArgs {
     /// overrides `kube_api.client_ca_file`.
     #[arg(long, value_name = "PATH")]
     pub kube_client_ca: Option<PathBuf>,
+    /// Serve the OpenTelemetry target allocator's API with this strategy (consistent-hashing,
+    /// rendezvous-hashing, per-node); overrides `target_allocator.allocation_strategy`.
+    #[arg(long, value_name = "NAME")]
+    pub ta_strategy: Option<String>,
+    /// A collector of the target allocator's API, `NAME` or `NAME@NODE` (per-node needs the node);
+    /// repeat for each. Replaces the job file's collectors or collector selector.
+    #[arg(long, value_name = "NAME[@NODE]")]
+    pub ta_collector: Vec<String>,
+    /// The collectors as pods: their namespace (with --ta-collector-selector); overrides
+    /// `target_allocator.collector_namespace`.
+    #[arg(long, value_name = "NAMESPACE", conflicts_with = "ta_collector")]
+    pub ta_collector_namespace: Option<String>,
+    /// The collectors as pods: their label selector (with --ta-collector-namespace); overrides
+    /// `target_allocator.collector_selector`.
+    #[arg(long, value_name = "SELECTOR", conflicts_with = "ta_collector")]
+    pub ta_collector_selector: Option<String>,
 }
 
 #[derive(Debug, Args)]
@@ -150,6 +166,11 @@ pub struct DemoArgs {
     /// Seconds between summary lines.
     #[arg(long, default_value_t = 2)]
     pub summary_every: u64,
+    /// Attach this many simulated Prometheus shards (polling every job's /sd/v1 shard) and as many
+    /// informers (list+watch on herald's Kubernetes API), so the live line shows what herald saves
+    /// from the start; 0 for none.
+    #[arg(long, value_name = "N", default_value_t = 3)]
+    pub consumers: usize,
 }
 
 fn parse_duration(s: &str) -> Result<Duration, String> {

@@ -3,8 +3,13 @@
 //! port; prints the SD URLs, a Prometheus `scrape_configs` snippet, a kubeconfig for kubectl against
 //! herald, and — last, so start-up logs cannot bury it — what to open next (the status page, kubectl
 //! against herald and against kube-sim) and a live line: consumers served against upstream watches,
-//! and what the same consumers would cost the apiserver directly.
+//! and what the same consumers would cost the apiserver directly. `--consumers N` attaches simulated
+//! consumers (`consumers`) before the first line, so it shows the saving from the start; on a
+//! terminal the line is rewritten in place.
 
+mod consumers;
+
+use std::io::{IsTerminal as _, Write as _};
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
@@ -89,12 +94,30 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
         .await
         .context("herald did not sync with kube-sim within 30s")?;
 
+    let jobs: Vec<String> = config.jobs.iter().map(|j| j.name.clone()).collect();
+    let attached = consumers::attach(
+        args.consumers,
+        &herald.url(),
+        &jobs,
+        herald.kube_url().as_deref(),
+        Duration::from_secs(5),
+    )
+    .await
+    .context("attaching the simulated consumers")?;
     print_intro(&sim, &herald, &config);
+    if args.consumers > 0 {
+        println!(
+            "Attached: {} Prometheus shards polling /sd/v1 (?shard=i&shards={}) and {} informers \
+             watching herald's Kubernetes API (--consumers 0 for none)",
+            attached.sd_shards, attached.sd_shards, attached.informers
+        );
+    }
+    let live = LiveLine::new(std::io::stdout().is_terminal());
     let summary = async {
         let mut tick = tokio::time::interval(Duration::from_secs(args.summary_every.max(1)));
         loop {
             tick.tick().await;
-            println!("{}", summary_line(&sim, &herald));
+            live.show(&summary_line(&sim, &herald));
         }
     };
     let stop = async {
@@ -107,7 +130,8 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
         () = summary => {},
         () = stop => {},
     }
-    println!("{}", summary_line(&sim, &herald));
+    live.last(&summary_line(&sim, &herald));
+    drop(attached);
     herald.stop().await;
     sim.shutdown().await;
     Ok(())
@@ -167,6 +191,39 @@ fn print_intro(sim: &Sim, herald: &Herald, config: &herald_core::Config) {
     println!("{rule}");
 }
 
+/// The live line: rewritten in place on a terminal (`\r`, then erase the line), one line per
+/// summary otherwise (a pipe, a log file, a test reading stdout).
+struct LiveLine {
+    in_place: bool,
+}
+
+impl LiveLine {
+    fn new(in_place: bool) -> LiveLine {
+        LiveLine { in_place }
+    }
+
+    fn show(&self, line: &str) {
+        let mut out = std::io::stdout().lock();
+        let _ = if self.in_place {
+            // The headline only: a line wider than the terminal wraps, and `\r` would then rewrite
+            // only its last row.
+            let headline = line.split(" | ").next().unwrap_or(line);
+            write!(out, "\r\x1b[2K{headline}")
+        } else {
+            writeln!(out, "{line}")
+        };
+        let _ = out.flush();
+    }
+
+    /// The final line, ended with a newline either way.
+    fn last(&self, line: &str) {
+        self.show(line);
+        if self.in_place {
+            println!();
+        }
+    }
+}
+
 /// A kubeconfig for `server` in the temp directory, named after `who`.
 fn write_kubeconfig(who: &str, server: &str) -> std::io::Result<std::path::PathBuf> {
     let path = std::env::temp_dir().join(format!(
@@ -211,7 +268,7 @@ fn summary_line(sim: &Sim, herald: &Herald) -> String {
         .sum();
     let c = herald_server::status::Status::collect(shared).consumers;
     format!(
-        "{} SD clients + {} API watches served with {watches} upstream watches; directly they would hold {} apiserver watches ({} saved) | objects={objects} targets={targets} consumers-served={served} api-watchers={api_watchers} upstream-watches={watches} (kinds={kinds}) rv={}",
+        "{} SD clients + {} API watches served by herald over {watches} upstream watches; directly they would hold {} apiserver watches ({} saved) | objects={objects} targets={targets} consumers-served={served} api-watchers={api_watchers} upstream-watches={watches} (kinds={kinds}) rv={}",
         c.sd_clients,
         c.kube_watches_open,
         c.direct_watches,

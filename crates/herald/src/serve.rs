@@ -15,8 +15,9 @@ use crate::cli::ServeArgs;
 pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     let yaml = std::fs::read_to_string(&args.config)
         .with_context(|| format!("reading job file {}", args.config.display()))?;
-    let config = herald_core::parse_config(&yaml)
+    let mut config = herald_core::parse_config(&yaml)
         .with_context(|| format!("job file {}", args.config.display()))?;
+    config.target_allocator = target_allocator(&args, &config)?;
     for (job, field) in config.ignored_fields() {
         tracing::warn!(
             job,
@@ -44,6 +45,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
             body_budget_bytes: args.body_budget_bytes,
             monitors: config.monitors.clone(),
             istio: config.istio.clone(),
+            target_allocator: config.target_allocator.clone(),
         },
     )
     .await?;
@@ -55,6 +57,98 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     tracing::info!("shutting down");
     herald.stop().await;
     Ok(())
+}
+
+/// The `target_allocator:` section with the `--ta-*` flags applied (flags win; a collector list and
+/// a pod selection replace each other), validated as the section is.
+fn target_allocator(
+    args: &ServeArgs,
+    config: &herald_core::Config,
+) -> anyhow::Result<Option<herald_core::TargetAllocatorConfig>> {
+    use herald_core::config::target_allocator::{COLLECTORS_JOB, Collectors, parse};
+    use serde_yaml::{Mapping, Value};
+    let flagged = args.ta_strategy.is_some()
+        || !args.ta_collector.is_empty()
+        || args.ta_collector_namespace.is_some()
+        || args.ta_collector_selector.is_some();
+    if !flagged {
+        return Ok(config.target_allocator.clone());
+    }
+    let mut m = Mapping::new();
+    let put = |m: &mut Mapping, k: &str, v: Value| {
+        m.insert(Value::from(k), v);
+    };
+    if let Some(file) = &config.target_allocator {
+        put(&mut m, "allocation_strategy", file.strategy.as_str().into());
+        if let Some(f) = file.fallback {
+            put(&mut m, "allocation_fallback_strategy", f.as_str().into());
+        }
+        match &file.collectors {
+            Collectors::Static(list) => {
+                let list = list
+                    .iter()
+                    .map(|c| {
+                        let mut e = Mapping::new();
+                        e.insert("name".into(), c.name.clone().into());
+                        if let Some(n) = &c.node {
+                            e.insert("node".into(), n.clone().into());
+                        }
+                        Value::Mapping(e)
+                    })
+                    .collect();
+                put(&mut m, "collectors", Value::Sequence(list));
+            }
+            Collectors::Pods {
+                namespace,
+                selector,
+            } => {
+                put(&mut m, "collector_namespace", namespace.clone().into());
+                put(&mut m, "collector_selector", selector.clone().into());
+            }
+        }
+    }
+    if let Some(s) = &args.ta_strategy {
+        put(&mut m, "allocation_strategy", s.clone().into());
+    }
+    if !args.ta_collector.is_empty() {
+        m.remove("collector_namespace");
+        m.remove("collector_selector");
+        let list = args
+            .ta_collector
+            .iter()
+            .map(|c| {
+                let mut e = Mapping::new();
+                let (name, node) = match c.split_once('@') {
+                    Some((n, node)) => (n, Some(node)),
+                    None => (c.as_str(), None),
+                };
+                e.insert("name".into(), name.into());
+                if let Some(node) = node {
+                    e.insert("node".into(), node.into());
+                }
+                Value::Mapping(e)
+            })
+            .collect();
+        put(&mut m, "collectors", Value::Sequence(list));
+    }
+    if args.ta_collector_namespace.is_some() || args.ta_collector_selector.is_some() {
+        m.remove("collectors");
+        if let Some(ns) = &args.ta_collector_namespace {
+            put(&mut m, "collector_namespace", ns.clone().into());
+        }
+        if let Some(sel) = &args.ta_collector_selector {
+            put(&mut m, "collector_selector", sel.clone().into());
+        }
+    }
+    let ta = parse(Value::Mapping(m)).map_err(|e| anyhow::anyhow!("--ta-* flags: {e}"))?;
+    if matches!(ta.collectors, Collectors::Pods { .. })
+        && config.jobs.iter().any(|j| j.name == COLLECTORS_JOB)
+    {
+        anyhow::bail!(
+            "job {COLLECTORS_JOB:?} is reserved: herald finds the collector pods with it"
+        );
+    }
+    Ok(Some(ta))
 }
 
 /// The Kubernetes API face's options: the config file's `kube_api:` section, flags winning.

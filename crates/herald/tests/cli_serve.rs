@@ -107,6 +107,42 @@ fn a_config_error_exits_non_zero_naming_the_job_and_field_before_serving() {
 }
 
 #[test]
+fn a_bad_target_allocator_flag_exits_non_zero_naming_it() {
+    let config = temp_file("ta-flags.yaml", "jobs:\n- name: pods\n  role: pod\n");
+    for (flags, needle) in [
+        (
+            &["--ta-strategy", "least-weighted", "--ta-collector", "a"][..],
+            "least-weighted",
+        ),
+        (
+            &["--ta-strategy", "per-node", "--ta-collector", "a"][..],
+            "node",
+        ),
+        (
+            &["--ta-collector-selector", "app=otel"][..],
+            "collector_namespace",
+        ),
+    ] {
+        let out = Command::new(BIN)
+            .args(["serve", "--config"])
+            .arg(&config)
+            .args([
+                "--apiserver",
+                "http://127.0.0.1:1",
+                "--listen",
+                "127.0.0.1:0",
+            ])
+            .args(flags)
+            .output()
+            .expect("herald runs");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{flags:?}");
+        assert!(stderr.contains(needle), "{flags:?}: {stderr}");
+    }
+    let _ = std::fs::remove_file(&config);
+}
+
+#[test]
 fn serve_discovers_kube_sim_pods_over_loopback() {
     let rt = tokio::runtime::Runtime::new().expect("runtime");
     let sim = rt
@@ -129,6 +165,7 @@ fn serve_discovers_kube_sim_pods_over_loopback() {
             .args(["serve", "--config"])
             .arg(&config)
             .args(["--apiserver", &sim.url(), "--listen", "127.0.0.1:0"])
+            .args(["--ta-collector", "c0", "--ta-collector", "c1"])
             .stdout(Stdio::piped())
             .stderr(Stdio::null())
             .spawn()
@@ -150,6 +187,29 @@ fn serve_discovers_kube_sim_pods_over_loopback() {
     assert!(pods.iter().all(|t| t.starts_with("127.")), "{pods:?}");
     let (status, _) = http_get(&format!("{base}/sd/v1/slices?shard=0&shards=2"));
     assert_eq!(status, 200);
+    // --ta-collector: the target allocator's API over the same jobs, split between c0 and c1.
+    let (status, body) = http_get(&format!("{base}/jobs/pods/targets"));
+    assert_eq!(status, 200, "{body}");
+    let shares: serde_json::Value = serde_json::from_str(&body).expect("json");
+    let count = |groups: &serde_json::Value| -> usize {
+        groups
+            .as_array()
+            .expect("groups")
+            .iter()
+            .map(|g| g["targets"].as_array().expect("targets").len())
+            .sum()
+    };
+    let held: usize = ["c0", "c1"]
+        .iter()
+        .map(|c| count(&shares[c]["targets"]))
+        .sum();
+    let sd: serde_json::Value =
+        serde_json::from_str(&http_get(&format!("{base}/sd/v1/pods")).1).expect("json");
+    assert_eq!(
+        held,
+        count(&sd),
+        "c0 and c1 hold the job's targets between them"
+    );
     let _ = std::fs::remove_file(&config);
     drop(child);
     rt.block_on(sim.shutdown());
@@ -250,4 +310,55 @@ fn demo_prints_working_sd_urls_whose_targets_are_all_loopback() {
         summary.contains("SD clients") && summary.contains("apiserver watches"),
         "the live line compares consumers with apiserver watches: {summary}"
     );
+}
+
+#[test]
+fn demo_with_consumers_prints_a_saving_within_ten_seconds() {
+    let started = Instant::now();
+    let mut child = KillOnDrop(
+        Command::new(BIN)
+            .args(["demo", "--listen", "127.0.0.1:0", "--for", "30s"])
+            .args(["--consumers", "2", "--summary-every", "1"])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("herald demo starts"),
+    );
+    let mut out = BufReader::new(child.0.stdout.take().expect("stdout"));
+    let attached = wait_for_line(&mut out, "Attached:");
+    assert!(
+        attached.contains("2 Prometheus shards") && attached.contains("2 informers"),
+        "{attached}"
+    );
+    // The number in "(N saved)" of a live line.
+    let saved = |line: &str| -> Option<u64> {
+        let (head, _) = line.split_once(" saved)")?;
+        head.rsplit('(').next()?.parse().ok()
+    };
+    let line = loop {
+        let mut line = String::new();
+        let n = out.read_line(&mut line).expect("read stdout");
+        assert!(n > 0, "stdout ended before a live line with a saving");
+        if saved(&line).is_some_and(|n| n > 0) {
+            break line;
+        }
+    };
+    let elapsed = started.elapsed();
+    assert!(
+        elapsed < Duration::from_secs(10),
+        "the first saving came after {elapsed:?}: {line}"
+    );
+    // Two shards polling each of the four jobs.
+    assert!(line.starts_with("8 SD clients + "), "{line}");
+    // And two informers on the face: their watches open just after their initial lists.
+    let mut line = line;
+    while !line.starts_with("8 SD clients + 2 API watches served by herald over 7 upstream watches")
+    {
+        line.clear();
+        let n = out.read_line(&mut line).expect("read stdout");
+        assert!(
+            n > 0,
+            "stdout ended before a line with both informers watching"
+        );
+    }
 }

@@ -233,7 +233,7 @@ fn istio_scrape_configs(shared: &Shared, base: &str, shard: &str) -> String {
 
 /// Istio's workload certificates where its documented Prometheus setup mounts them
 /// (`istio.certs_dir`), the server name not verified (the certificate names a SPIFFE identity).
-fn istio_tls_files(cfg: &herald_core::IstioConfig) -> herald_core::monitor::TlsFiles {
+pub(crate) fn istio_tls_files(cfg: &herald_core::IstioConfig) -> herald_core::monitor::TlsFiles {
     let certs = cfg.certs_dir.trim_end_matches('/');
     let file = |f: &str| Some(format!("{certs}/{f}"));
     herald_core::monitor::TlsFiles {
