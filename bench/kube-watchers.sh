@@ -5,6 +5,7 @@
 #
 # Usage: bench/kube-watchers.sh            1,000 and 10,000 watchers, 30 s window, 3 runs each
 #        bench/kube-watchers.sh --quick    100 watchers, 5 s, one run (smoke test)
+#        bench/kube-watchers.sh [--quick] --protobuf   the same in protobuf (bench/out/kube-watchers-protobuf.json)
 #        bench/kube-watchers.sh [--quick] [kube-watchers args...]   (given args replace the defaults;
 #                                                                    kube-watchers --help lists them)
 # CARGO_TARGET_DIR is honoured (default target/).
@@ -31,6 +32,9 @@ done
 target="${CARGO_TARGET_DIR:-target}"
 cargo build --release -q -p herald -p kube-sim -p herald-bench
 mkdir -p bench/out
+# --protobuf (watchers ask for application/vnd.kubernetes.protobuf) writes a file of its own.
+out=bench/out/kube-watchers.json
+case " $* " in *" --protobuf "*) out=bench/out/kube-watchers-protobuf.json ;; esac
 exec "$target/release/kube-watchers" \
   --kube-sim "$target/release/kube-sim" --herald "$target/release/herald" \
-  --json bench/out/kube-watchers.json "${args[@]}" "$@"
+  --json "$out" "${args[@]}" "$@"
