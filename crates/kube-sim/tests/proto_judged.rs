@@ -124,7 +124,7 @@ fn quantities_canonicalise_as_go() {
         x ^= x << 17;
         let int = x % 100_000;
         let frac = (x >> 20) % 1000;
-        let sign = if (x >> 40) % 7 == 0 { "-" } else { "" };
+        let sign = if (x >> 40).is_multiple_of(7) { "-" } else { "" };
         let suffix = suffixes[((x >> 44) % suffixes.len() as u64) as usize];
         let s = match (x >> 50) % 4 {
             0 => format!("{sign}{int}{suffix}"),
@@ -270,10 +270,10 @@ fn arb_json() -> impl Strategy<Value = Value> {
     let leaf = prop_oneof![
         Just(Value::Null),
         any::<bool>().prop_map(Value::Bool),
-        any::<i64>().prop_map(|n| Value::from(n)),
+        any::<i64>().prop_map(Value::from),
         any::<f64>()
             .prop_filter("finite", |f| f.is_finite())
-            .prop_map(|f| Value::from(f)),
+            .prop_map(Value::from),
         ".{0,12}".prop_map(Value::String),
         prop_oneof![
             Just("2026-01-02T03:04:05Z"),

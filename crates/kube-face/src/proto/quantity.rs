@@ -178,7 +178,7 @@ fn compute(s: &str) -> Option<String> {
         match whole(m, e) {
             Some(v) if v >= 1024 => {
                 let (mut v, mut k) = (v, 0);
-                while v % 1024 == 0 && v != 0 {
+                while v.is_multiple_of(1024) && v != 0 {
                     v /= 1024;
                     k += 1;
                 }
@@ -188,7 +188,7 @@ fn compute(s: &str) -> Option<String> {
             _ => format = Format::DecimalSi,
         }
     }
-    while m % 10 == 0 {
+    while m.is_multiple_of(10) {
         m /= 10;
         e += 1;
     }
@@ -222,7 +222,7 @@ fn whole(m: u128, e: i32) -> Option<u128> {
         m.checked_mul(10u128.checked_pow(e as u32)?)
     } else {
         let d = 10u128.checked_pow((-e) as u32)?;
-        (m % d == 0).then_some(m / d)
+        m.is_multiple_of(d).then_some(m / d)
     }
 }
 
