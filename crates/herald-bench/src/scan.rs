@@ -233,7 +233,9 @@ mod tests {
         // A ConfigMap {metadata {resourceVersion "41"}, data {"t": "17"}} in a MODIFIED frame, as
         // kube-face writes it, then half of a second frame.
         let obj = kube_face::proto::schema().encode(
-            kube_face::proto::schema().kind("v1", "ConfigMap").expect("ConfigMap"),
+            kube_face::proto::schema()
+                .kind("v1", "ConfigMap")
+                .expect("ConfigMap"),
             br#"{"metadata":{"name":"bench-1","resourceVersion":"41"},"data":{"a":"x","t":"17"}}"#,
         );
         let frame = kube_face::proto::watch_frame(
