@@ -57,6 +57,15 @@ pub struct JobRelabel {
     defaults: LabelSet,
 }
 
+/// Where relabeling stopped a target (see [`JobRelabel::apply_or_stop`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RelabelStop {
+    /// Rule `i` (from 0) dropped it.
+    Rule(usize),
+    /// Every rule kept it, but it was left without an `__address__`.
+    NoAddress,
+}
+
 /// Prefix of the discovery labels removed after relabeling.
 const META_PREFIX: &str = "__meta_";
 
@@ -95,20 +104,32 @@ impl JobRelabel {
     /// Relabel one target: `labels` holds all its labels, `__address__` included. Returns the final
     /// address and leaves in `labels` what is served with it; `None` when the target is dropped.
     pub fn apply(&self, labels: &mut LabelSet) -> Option<String> {
+        self.apply_or_stop(labels).ok()
+    }
+
+    /// As [`JobRelabel::apply`], saying where a dropped target stopped: at rule `i` (`labels` then
+    /// hold what that rule saw), or after the rules for want of an `__address__`. Serving calls it
+    /// through `apply`; `explain` reads the stop.
+    pub fn apply_or_stop(&self, labels: &mut LabelSet) -> Result<String, RelabelStop> {
         labels.retain(|_, v| !v.is_empty());
         for (k, v) in &self.defaults {
             if !labels.contains_key(k) {
                 labels.insert(k.clone(), v.clone());
             }
         }
-        if !self.rules.process(labels) {
-            return None;
+        if let Some(rule) = self.rules.first_drop(labels) {
+            return Err(RelabelStop::Rule(rule));
         }
-        let address = labels.remove(ADDRESS)?;
+        let address = labels.remove(ADDRESS).ok_or(RelabelStop::NoAddress)?;
         if !self.keep_meta {
             labels.retain(|k, _| !k.starts_with(META_PREFIX));
         }
-        Some(address)
+        Ok(address)
+    }
+
+    /// The rules, in order.
+    pub fn rules(&self) -> &[crate::relabel::RelabelConfig] {
+        self.rules.rules()
     }
 
     /// Whether some target of a group can survive the rules, decided once for the whole group.

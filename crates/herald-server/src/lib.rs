@@ -16,6 +16,7 @@ pub mod bodies;
 pub mod cache;
 pub mod cluster;
 pub mod compact;
+pub mod explain;
 pub mod filter;
 pub mod frames;
 pub mod http;
