@@ -8,6 +8,7 @@
 //! serving code's own, asked to say where a target stopped. Computed on request from the index
 //! and the views; nothing is kept afterwards.
 
+pub mod client;
 mod monitor;
 pub mod render;
 
