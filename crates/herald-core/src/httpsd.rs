@@ -238,6 +238,45 @@ mod tests {
     }
 
     #[test]
+    fn relabeling_says_which_rule_dropped_a_target_and_what_it_saw() {
+        let yaml = "jobs:\n- name: j\n  role: pod\n  relabel_configs:\n  \
+                    - {target_label: team, replacement: a}\n  \
+                    - {source_labels: [team], regex: b, action: keep}\n";
+        let r = relabel(yaml);
+        let mut labels = ls(&[("__address__", "1.2.3.4:80"), ("x", "")]);
+        assert_eq!(r.apply_or_stop(&mut labels), Err(RelabelStop::Rule(1)));
+        assert_eq!(
+            labels.get("team").map(String::as_str),
+            Some("a"),
+            "what rule 1 saw"
+        );
+        assert!(
+            !labels.contains_key("x"),
+            "empty labels are gone before the rules"
+        );
+        let mut kept = ls(&[("__address__", "1.2.3.4:80")]);
+        let keep_all = relabel(
+            "jobs:\n- name: j\n  role: pod\n  relabel_configs:\n  - {target_label: t, replacement: v}\n",
+        );
+        assert_eq!(
+            keep_all.apply_or_stop(&mut kept),
+            Ok("1.2.3.4:80".to_string())
+        );
+        let drop_address = relabel(
+            "jobs:\n- name: j\n  role: pod\n  relabel_configs:\n  - {action: labeldrop, regex: __address__}\n",
+        );
+        let mut gone = ls(&[("__address__", "1.2.3.4:80")]);
+        assert_eq!(
+            drop_address.apply_or_stop(&mut gone),
+            Err(RelabelStop::NoAddress)
+        );
+        assert_eq!(
+            drop_address.apply(&mut ls(&[("__address__", "1.2.3.4:80")])),
+            None
+        );
+    }
+
+    #[test]
     fn entries_merge_group_and_target_labels_with_the_target_winning() {
         let entries = http_sd_entries(&mk_group());
         assert_eq!(

@@ -428,6 +428,7 @@ fn explain_object(
         subject.ok_or_else(|| ExplainError::NotFound(format!("{} not found", q.object_name())))?;
     let views = shared.monitors.views();
     let policies = shared.istio.current();
+    let mut by_base: std::collections::HashMap<usize, Found> = Default::default();
     for (j, h) in shared.jobs().iter().enumerate() {
         if h.source != j || !h.kinds.contains(&kind) {
             continue;
@@ -443,7 +444,8 @@ fn explain_object(
             "job"
         };
         let companion = h.companions.first().map(|c| shared.jobs()[*c].name.clone());
-        let found = object_targets(shared, j, h.role, &subject, None);
+        let found = object_targets(shared, j, h.role, &subject);
+        by_base.insert(j, found.clone());
         answer.jobs.extend(job_answers(
             &h.name,
             source,
@@ -464,7 +466,13 @@ fn explain_object(
             istio: view.istio.as_ref().map(|job| (job, &policies.policies)),
             monitor: Some(&view.job),
         };
-        let found = object_targets(shared, view.base, base.role, &subject, Some(&view.job));
+        let found = match outside_monitor(&view.job, &subject) {
+            Some(reason) => Err(reason),
+            None => by_base
+                .entry(view.base)
+                .or_insert_with(|| object_targets(shared, view.base, base.role, &subject))
+                .clone(),
+        };
         answer.jobs.extend(job_answers(
             name,
             "monitor",
@@ -495,13 +503,21 @@ struct How<'a> {
 /// it holds none.
 type Found = Result<Vec<Vec<LabelSet>>, Reason>;
 
-fn object_targets(
-    shared: &Shared,
-    j: usize,
-    role: Role,
-    s: &Subjected,
-    monitor: Option<&MonitorJob>,
-) -> Found {
+/// Whether a monitor job's namespaces (its `namespaceSelector`) leave the object out.
+fn outside_monitor(m: &MonitorJob, s: &Subjected) -> Option<Reason> {
+    (!m.namespaces.is_empty()
+        && s.kind.namespaced()
+        && !m.namespaces.iter().any(|n| **n == *s.key.namespace))
+    .then(|| Reason::OutsideNamespaces {
+        namespace: s.key.namespace.to_string(),
+        namespaces: m.namespaces.clone(),
+        by: "the monitor's namespaceSelector".into(),
+    })
+}
+
+/// What index job `j` holds for the object (see `Found`). Monitor jobs read their base job's,
+/// so it is computed once per base job for all of them.
+fn object_targets(shared: &Shared, j: usize, role: Role, s: &Subjected) -> Found {
     let spec_filter = shared.read_index(|index| index.specs()[j].filter.clone());
     let admission = spec_filter.admission(s.kind, &s.key.namespace, &s.labels, |f| {
         s.fields.get(f).cloned().flatten()
@@ -524,17 +540,6 @@ fn object_targets(
                 selector: format!("field {f:?}"),
                 failed: "the field selector".into(),
             },
-        });
-    }
-    if let Some(m) = monitor
-        && !m.namespaces.is_empty()
-        && s.kind.namespaced()
-        && !m.namespaces.iter().any(|n| **n == *s.key.namespace)
-    {
-        return Err(Reason::OutsideNamespaces {
-            namespace: s.key.namespace.to_string(),
-            namespaces: m.namespaces.clone(),
-            by: "the monitor's namespaceSelector".into(),
         });
     }
     let primary = WatchKind::primary(role);
@@ -877,4 +882,75 @@ fn classify(stop: RelabelStop, seen: &LabelSet, how: &How<'_>) -> Reason {
 /// A rule as one line of YAML flow (JSON is YAML).
 pub fn rule_text(rule: &herald_core::relabel::RelabelConfig) -> String {
     serde_json::to_string(&rule.to_yaml()).unwrap_or_else(|_| format!("{rule:?}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn q(pairs: &[(&str, &str)]) -> Result<Query, ExplainError> {
+        Query::parse(
+            &pairs
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+        )
+    }
+
+    fn param(r: Result<Query, ExplainError>) -> &'static str {
+        match r {
+            Err(ExplainError::BadParam { param, .. }) => param,
+            other => panic!("a bad parameter, not {other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_query_names_the_parameter_it_cannot_take() {
+        assert_eq!(param(q(&[("namespace", "a"), ("name", "b")])), "kind");
+        assert_eq!(
+            param(q(&[
+                ("kind", "Deployment"),
+                ("namespace", "a"),
+                ("name", "b")
+            ])),
+            "kind"
+        );
+        assert_eq!(param(q(&[("kind", "Pod"), ("name", "b")])), "namespace");
+        assert_eq!(
+            param(q(&[("kind", "Node"), ("namespace", "a"), ("name", "b")])),
+            "namespace"
+        );
+        assert_eq!(param(q(&[("kind", "Pod"), ("namespace", "a")])), "name");
+        for bad in ["0", "x", "2,", "1025"] {
+            let r = q(&[
+                ("kind", "Pod"),
+                ("namespace", "a"),
+                ("name", "b"),
+                ("shards", bad),
+            ]);
+            assert_eq!(param(r), "shards", "{bad}");
+        }
+        assert_eq!(
+            param(q(&[("kind", "Pod"), ("name", "b"), ("x", "1")])),
+            "query"
+        );
+        let ok = q(&[("kind", "Node"), ("name", "n1"), ("shards", "2,4")]).expect("valid");
+        assert_eq!(
+            (ok.subject, ok.shards),
+            (Subject::Object(WatchKind::Node), vec![2, 4])
+        );
+    }
+
+    #[test]
+    fn a_reason_reads_back_from_its_json_as_the_table_shows_it() {
+        let r = Reason::DroppedByRule {
+            rule: 2,
+            text: "{\"action\":\"drop\"}".into(),
+            saw: [("a".to_string(), "1".to_string())].into(),
+        };
+        let v = serde_json::to_value(&r).expect("json");
+        assert_eq!(v["reason"], "dropped_by_rule");
+        assert_eq!(render::reason_line(&v), r.summary());
+        assert!(r.summary().contains("rule 2"), "{}", r.summary());
+    }
 }

@@ -8,7 +8,8 @@
 //! job/shard/generation, held as LZ4 blocks), `bodies` (the bodies kept, within a byte budget), `cache` (upstream objects per served resource), `state` (what tasks and
 //! handlers share), `upstream` (watch tasks; `frames` bounds their lines), `http` (axum router),
 //! `status` (the status page's data), `monitors` and `istio` (prometheus-operator monitors and
-//! Istio's PeerAuthentications, read from the cache), `auth` and `tls` (credentials and TLS on every port), `serve`
+//! Istio's PeerAuthentications, read from the cache), `explain` (why an object's targets are or are
+//! not served, asked of the serving code), `auth` and `tls` (credentials and TLS on every port), `serve`
 //! (wiring); `reference` computes jobs from scratch for the tests and the fault soak to compare with.
 
 pub mod auth;

@@ -52,6 +52,9 @@ impl Draw {
 /// One served entry: address and labels, as a body holds it.
 type Entry = (String, BTreeMap<String, String>);
 
+/// A job's role, whole body and each shard's body.
+type Bodies = (String, Vec<Entry>, Vec<Vec<Entry>>);
+
 fn entries(body: &Value) -> Vec<Entry> {
     body.as_array()
         .expect("an SD body is a list")
@@ -124,7 +127,7 @@ async fn explained_targets_are_exactly_what_each_job_and_shard_serves() {
 
     // Every job herald lists: its role, whole body and each shard's.
     let listed = get(&http, &format!("{base}/sd/v1")).await;
-    let mut jobs: BTreeMap<String, (String, Vec<Entry>, Vec<Vec<Entry>>)> = BTreeMap::new();
+    let mut jobs: BTreeMap<String, Bodies> = BTreeMap::new();
     for j in listed.as_array().expect("a list") {
         let Some(name) = j["job"].as_str() else {
             continue;
@@ -185,8 +188,8 @@ async fn explained_targets_are_exactly_what_each_job_and_shard_serves() {
         async move { get(&http, &url).await }
     };
     for &i in &drawn {
-        if !explained.contains_key(&i) {
-            explained.insert(i, explain(i).await);
+        if let std::collections::btree_map::Entry::Vacant(slot) = explained.entry(i) {
+            slot.insert(explain(i).await);
         }
     }
 
@@ -252,8 +255,8 @@ async fn explained_targets_are_exactly_what_each_job_and_shard_serves() {
     // Backward: each job's body is, entry for entry, the targets explained for the objects of
     // its role's kind — so an object explained as not served has nothing in it.
     for (i, o) in objects.iter().enumerate() {
-        if !explained.contains_key(&i) {
-            explained.insert(i, explain(i).await);
+        if let std::collections::btree_map::Entry::Vacant(slot) = explained.entry(i) {
+            slot.insert(explain(i).await);
         }
         let _ = o;
     }

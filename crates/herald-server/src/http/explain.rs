@@ -40,8 +40,26 @@ pub async fn json(
     State(shared): State<Arc<Shared>>,
     Query(params): Query<BTreeMap<String, String>>,
 ) -> Response {
-    match answer(shared, params).await {
-        Ok(v) => axum::Json(v).into_response(),
+    let answered = match explain::Query::parse(&params) {
+        // NB: on a blocking thread: a monitor's answer walks its namespaces' groups. Encoded
+        // there too: an answer lists every job reading the kind (thousands with monitors).
+        Ok(q) => tokio::task::spawn_blocking(move || {
+            explain::explain(&shared, &q)
+                .map(|e| serde_json::to_vec(&e).expect("an explanation is plain data"))
+        })
+        .await
+        .expect("explaining does not panic"),
+        Err(e) => Err(e),
+    };
+    match answered {
+        Ok(body) => (
+            [(
+                header::CONTENT_TYPE,
+                HeaderValue::from_static("application/json"),
+            )],
+            body,
+        )
+            .into_response(),
         Err(e) => (
             status(&e),
             axum::Json(serde_json::json!({ "error": e.to_string() })),
