@@ -79,6 +79,9 @@ pub async fn fetch(
     } else {
         return Err(bad());
     };
+    if tls && ca_file.is_none() {
+        return Err(ClientError::NoCa);
+    }
     let authority = rest.trim_end_matches('/');
     if authority.is_empty() || authority.contains('/') {
         return Err(bad());
