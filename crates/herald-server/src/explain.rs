@@ -941,6 +941,27 @@ mod tests {
         );
     }
 
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(10_000))]
+        /// Any query parses or is refused naming a parameter; never a panic.
+        #[test]
+        fn any_query_parses_or_names_a_parameter(
+            params in proptest::collection::btree_map(
+                "(kind|namespace|name|shards|[a-z]{0,3})",
+                "(Pod|Node|ServiceMonitor|[ -~]{0,12}|[0-9,]{0,8})",
+                0..5,
+            )
+        ) {
+            match Query::parse(&params) {
+                Ok(q) => proptest::prop_assert!(!q.name.is_empty()),
+                Err(ExplainError::BadParam { param, message }) => {
+                    proptest::prop_assert!(!message.is_empty(), "{param}");
+                }
+                Err(other) => proptest::prop_assert!(false, "{other}"),
+            }
+        }
+    }
+
     #[test]
     fn a_reason_reads_back_from_its_json_as_the_table_shows_it() {
         let r = Reason::DroppedByRule {
