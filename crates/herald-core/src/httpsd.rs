@@ -57,6 +57,15 @@ pub struct JobRelabel {
     defaults: LabelSet,
 }
 
+/// Where relabeling stopped a target (see [`JobRelabel::apply_or_stop`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RelabelStop {
+    /// Rule `i` (from 0) dropped it.
+    Rule(usize),
+    /// Every rule kept it, but it was left without an `__address__`.
+    NoAddress,
+}
+
 /// Prefix of the discovery labels removed after relabeling.
 const META_PREFIX: &str = "__meta_";
 
@@ -95,20 +104,32 @@ impl JobRelabel {
     /// Relabel one target: `labels` holds all its labels, `__address__` included. Returns the final
     /// address and leaves in `labels` what is served with it; `None` when the target is dropped.
     pub fn apply(&self, labels: &mut LabelSet) -> Option<String> {
+        self.apply_or_stop(labels).ok()
+    }
+
+    /// As [`JobRelabel::apply`], saying where a dropped target stopped: at rule `i` (`labels` then
+    /// hold what that rule saw), or after the rules for want of an `__address__`. Serving calls it
+    /// through `apply`; `explain` reads the stop.
+    pub fn apply_or_stop(&self, labels: &mut LabelSet) -> Result<String, RelabelStop> {
         labels.retain(|_, v| !v.is_empty());
         for (k, v) in &self.defaults {
             if !labels.contains_key(k) {
                 labels.insert(k.clone(), v.clone());
             }
         }
-        if !self.rules.process(labels) {
-            return None;
+        if let Some(rule) = self.rules.first_drop(labels) {
+            return Err(RelabelStop::Rule(rule));
         }
-        let address = labels.remove(ADDRESS)?;
+        let address = labels.remove(ADDRESS).ok_or(RelabelStop::NoAddress)?;
         if !self.keep_meta {
             labels.retain(|k, _| !k.starts_with(META_PREFIX));
         }
-        Some(address)
+        Ok(address)
+    }
+
+    /// The rules, in order.
+    pub fn rules(&self) -> &[crate::relabel::RelabelConfig] {
+        self.rules.rules()
     }
 
     /// Whether some target of a group can survive the rules, decided once for the whole group.
@@ -214,6 +235,45 @@ mod tests {
             ],
             labels: ls(&[("a", "group"), ("b", "group")]),
         }
+    }
+
+    #[test]
+    fn relabeling_says_which_rule_dropped_a_target_and_what_it_saw() {
+        let yaml = "jobs:\n- name: j\n  role: pod\n  relabel_configs:\n  \
+                    - {target_label: team, replacement: a}\n  \
+                    - {source_labels: [team], regex: b, action: keep}\n";
+        let r = relabel(yaml);
+        let mut labels = ls(&[("__address__", "1.2.3.4:80"), ("x", "")]);
+        assert_eq!(r.apply_or_stop(&mut labels), Err(RelabelStop::Rule(1)));
+        assert_eq!(
+            labels.get("team").map(String::as_str),
+            Some("a"),
+            "what rule 1 saw"
+        );
+        assert!(
+            !labels.contains_key("x"),
+            "empty labels are gone before the rules"
+        );
+        let mut kept = ls(&[("__address__", "1.2.3.4:80")]);
+        let keep_all = relabel(
+            "jobs:\n- name: j\n  role: pod\n  relabel_configs:\n  - {target_label: t, replacement: v}\n",
+        );
+        assert_eq!(
+            keep_all.apply_or_stop(&mut kept),
+            Ok("1.2.3.4:80".to_string())
+        );
+        let drop_address = relabel(
+            "jobs:\n- name: j\n  role: pod\n  relabel_configs:\n  - {action: labeldrop, regex: __address__}\n",
+        );
+        let mut gone = ls(&[("__address__", "1.2.3.4:80")]);
+        assert_eq!(
+            drop_address.apply_or_stop(&mut gone),
+            Err(RelabelStop::NoAddress)
+        );
+        assert_eq!(
+            drop_address.apply(&mut ls(&[("__address__", "1.2.3.4:80")])),
+            None
+        );
     }
 
     #[test]

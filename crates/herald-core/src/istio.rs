@@ -479,22 +479,16 @@ impl IstioJob {
         }
     }
 
-    /// Where a relabeled target of a sidecar pod goes: Istio's own ports stay plaintext; an
-    /// application port under STRICT moves to the companion, over https.
-    fn decide(
-        &self,
-        address: String,
-        mut labels: LabelSet,
-        discovered: &LabelSet,
-        policies: &Policies,
-    ) -> Served {
-        let port = port_of(&address);
+    /// The PeerAuthentication decision for a relabeled target at `address` of the sidecar pod
+    /// `discovered` describes; `None` on Istio's own ports (15020, 15090), always plaintext. What
+    /// placing a target reads, and what `explain` names.
+    pub fn decision(address: &str, discovered: &LabelSet, policies: &Policies) -> Option<Decision> {
+        let port = port_of(address);
         if matches!(port, Some(STATUS_PORT | ENVOY_STATS_PORT)) {
-            labels.insert("__scheme__".into(), "http".into());
-            return (Part::Plain, address, labels);
+            return None;
         }
         let namespace = discovered.get(NAMESPACE).map(String::as_str).unwrap_or("");
-        let decision = policies.mode(
+        Some(policies.mode(
             namespace,
             |key| {
                 discovered
@@ -505,7 +499,22 @@ impl IstioJob {
                     .map(String::as_str)
             },
             port,
-        );
+        ))
+    }
+
+    /// Where a relabeled target of a sidecar pod goes: Istio's own ports stay plaintext; an
+    /// application port under STRICT moves to the companion, over https.
+    fn decide(
+        &self,
+        address: String,
+        mut labels: LabelSet,
+        discovered: &LabelSet,
+        policies: &Policies,
+    ) -> Served {
+        let Some(decision) = Self::decision(&address, discovered, policies) else {
+            labels.insert("__scheme__".into(), "http".into());
+            return (Part::Plain, address, labels);
+        };
         if decision.mode != MtlsMode::Strict {
             return (Part::Plain, address, labels);
         }

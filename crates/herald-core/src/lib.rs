@@ -34,7 +34,7 @@ pub use config::{
     Config, ConfigError, IstioConfig, Job, KindRef, KubeApiConfig, MonitorsConfig, ServerConfig,
     TargetAllocatorConfig, parse_config,
 };
-pub use httpsd::{HttpSdEntry, JobRelabel, encode_http_sd, http_sd_entries};
+pub use httpsd::{HttpSdEntry, JobRelabel, RelabelStop, encode_http_sd, http_sd_entries};
 pub use relabel::{RelabelConfig, RelabelError, Relabeler};
 pub use shard::hashmod;
 pub use target::{

@@ -153,6 +153,25 @@ pub struct MonitorJob {
     /// With `selectorMechanism: RoleSelector`, the kubernetes_sd `selectors` the operator writes
     /// instead of its selector rules.
     pub role_selectors: Option<RoleSelectors>,
+    /// What some of [`MonitorJob::relabel_configs`] stand for, by rule index (ascending): the
+    /// selector's requirements and the running filter, so `explain` can name the requirement a
+    /// target failed rather than a generated regex.
+    pub rule_notes: Vec<(usize, RuleNote)>,
+}
+
+/// What a generated rule of a monitor job stands for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RuleNote {
+    /// One requirement of the monitor's `field` selector (`spec.selector`), on the labels of the
+    /// `object` (`service`, `pod`, `endpoints`, `endpointslice`): `matchLabels: app=web` or
+    /// `matchExpressions[0]: tier In (a,b)`.
+    Selector {
+        field: String,
+        object: String,
+        requirement: String,
+    },
+    /// `filterRunning` (on by default): pods in phase Failed or Succeeded are dropped.
+    RunningFilter,
 }
 
 /// The kubernetes_sd `selectors` of a monitor with `selectorMechanism: RoleSelector`
@@ -456,6 +475,7 @@ impl ServiceMonitor {
         let slice = role == Role::EndpointSlice;
         let mut r = Rules {
             rules: Vec::new(),
+            notes: Vec::new(),
             err,
         };
         let object = if slice { "endpointslice" } else { "endpoints" };
@@ -592,6 +612,7 @@ impl ServiceMonitor {
             role,
             namespaces: namespaces(&spec.common.namespace_selector, &meta.namespace, ctx),
             attach_metadata: attach(&spec.common, class),
+            rule_notes: std::mem::take(&mut r.notes),
             relabel_configs: r.finish()?,
             scrape,
             unsupported,
@@ -653,6 +674,7 @@ impl PodMonitor {
         )?;
         let mut r = Rules {
             rules: Vec::new(),
+            notes: Vec::new(),
             err,
         };
         let role_selectors = RoleSelectors::apply(
@@ -740,6 +762,7 @@ impl PodMonitor {
             role: Role::Pod,
             namespaces: namespaces(&spec.common.namespace_selector, &meta.namespace, ctx),
             attach_metadata: attach(&spec.common, class),
+            rule_notes: std::mem::take(&mut r.notes),
             relabel_configs: r.finish()?,
             scrape,
             unsupported,

@@ -619,7 +619,14 @@ impl RelabelConfig {
 /// target, and then `labels` are left as the rules before it made them. The rules are assumed
 /// valid (see [`RelabelConfig::validate`]; [`Relabeler`] guarantees it).
 pub fn process(labels: &mut LabelSet, configs: &[RelabelConfig]) -> bool {
-    configs.iter().all(|config| config.apply(labels))
+    first_drop(labels, configs).is_none()
+}
+
+/// As [`process`], telling which rule dropped the target: `Some(i)` when rule `i` did (`labels`
+/// are then what rule `i` saw), `None` when every rule kept it. The one loop serving and `explain`
+/// share: serving asks only whether it is `None`.
+pub fn first_drop(labels: &mut LabelSet, configs: &[RelabelConfig]) -> Option<usize> {
+    configs.iter().position(|config| !config.apply(labels))
 }
 
 /// Validate `configs`, each with its own [`NameValidation`]; the error names the rule's index.
@@ -659,6 +666,12 @@ impl Relabeler {
     /// Apply the rules to `labels`; `false` when the target is dropped (see [`process`]).
     pub fn process(&self, labels: &mut LabelSet) -> bool {
         process(labels, &self.rules)
+    }
+
+    /// Apply the rules to `labels`; the index of the rule that dropped the target, if one did (see
+    /// [`first_drop`]).
+    pub fn first_drop(&self, labels: &mut LabelSet) -> Option<usize> {
+        first_drop(labels, &self.rules)
     }
 }
 

@@ -141,20 +141,66 @@ impl JobFilter {
         labels: &BTreeMap<String, String>,
         field: impl Fn(&str) -> Option<String>,
     ) -> bool {
+        self.admission(kind, namespace, labels, field).is_ok()
+    }
+
+    /// As `admits_parts`, saying what refused the object: the one check serving and `explain`
+    /// share (a refusal borrows from the filter, so serving allocates nothing for it).
+    pub fn admission(
+        &self,
+        kind: WatchKind,
+        namespace: &str,
+        labels: &BTreeMap<String, String>,
+        field: impl Fn(&str) -> Option<String>,
+    ) -> Result<(), Refusal<'_>> {
         if kind.namespaced()
             && let Some(names) = &self.namespaces
             && !names.contains(namespace)
         {
-            return false;
+            return Err(Refusal::Namespace(names));
         }
         // NB: Prometheus never filters its Namespace informer (kubernetes.go `newNamespaceInformer`).
         if kind == WatchKind::Namespace {
-            return true;
+            return Ok(());
         }
         match self.selectors.get(&kind) {
-            None => true,
-            Some((l, f)) => l.matches(labels) && (f.is_empty() || f.matches(field)),
+            None => Ok(()),
+            Some((l, f)) => {
+                if let Some(r) = l.requirements.iter().find(|r| !r.matches(labels)) {
+                    return Err(Refusal::Label(l, r));
+                }
+                if !f.is_empty() && !f.matches(field) {
+                    return Err(Refusal::Field(f));
+                }
+                Ok(())
+            }
         }
+    }
+}
+
+/// Why a job's filter refused an object (see `JobFilter::admission`).
+#[derive(Debug, Clone, Copy)]
+pub enum Refusal<'f> {
+    /// The object's namespace is not among the job's.
+    Namespace(&'f BTreeSet<String>),
+    /// The job's label selector for the kind, and its first requirement the object fails.
+    Label(&'f LabelSelector, &'f kube_selectors::Requirement),
+    /// The job's field selector for the kind.
+    Field(&'f FieldSelector),
+}
+
+impl JobFilter {
+    /// The job's field selector for `kind`, if it has one.
+    pub fn field_selector(&self, kind: WatchKind) -> Option<&FieldSelector> {
+        self.selectors
+            .get(&kind)
+            .map(|(_, f)| f)
+            .filter(|f| !f.is_empty())
+    }
+
+    /// The namespaces the job reads (`None`: all).
+    pub fn namespaces(&self) -> Option<&BTreeSet<String>> {
+        self.namespaces.as_ref()
     }
 }
 

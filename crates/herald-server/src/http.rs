@@ -4,6 +4,7 @@
 //! drive it without a socket.
 
 mod admin;
+mod explain;
 mod query;
 pub(crate) mod sd;
 pub mod status;
@@ -36,6 +37,8 @@ pub fn app_with(
         .route("/scrape-configs", get(sd::scrape_configs))
         .route("/", get(status::page))
         .route("/status.json", get(status::json))
+        .route("/explain", get(explain::json))
+        .route("/explain.html", get(explain::page))
         .route("/sd/v1", get(sd::list_jobs))
         .route("/sd/v1/", get(sd::list_jobs))
         .route("/healthz", get(admin::healthz))

@@ -240,6 +240,33 @@ impl Index {
         self.jobs[job].generation
     }
 
+    /// Job `job`'s group of object `key` (of its role's primary kind), if it has one.
+    pub fn group(&self, job: usize, key: &ObjectKey) -> Option<Arc<Group>> {
+        self.jobs[job].groups.get(key).cloned()
+    }
+
+    /// Job `job`'s groups that were built reading object `key` of `kind` besides their own object
+    /// (a pod listed by an Endpoints object, a Service, a Node under attach_metadata).
+    pub fn groups_reading(
+        &self,
+        job: usize,
+        kind: WatchKind,
+        key: &ObjectKey,
+    ) -> Vec<(ObjectKey, Arc<Group>)> {
+        let mut out = Vec::new();
+        if let Some(deps) = self.dependents.get(&(kind, key.clone())) {
+            deps.each(|(j, k)| {
+                if *j == job
+                    && let Some(g) = self.jobs[job].groups.get(k)
+                {
+                    out.push((k.clone(), g.clone()));
+                }
+            });
+        }
+        out.sort_by(|a, b| a.0.cmp(&b.0));
+        out
+    }
+
     /// Bumps the generation of `jobs` whose output changed for a reason outside the index (the
     /// PeerAuthentications an Istio-aware job reads).
     pub fn touch(&mut self, jobs: &[usize]) -> Changed {

@@ -9,7 +9,8 @@
 //! handlers share), `upstream` (watch tasks; `frames` bounds their lines), `http` (axum router),
 //! `status` (the status page's data), `monitors` and `istio` (prometheus-operator monitors and
 //! Istio's PeerAuthentications, read from the cache), `allocator` (the OpenTelemetry target
-//! allocator's API over the same bodies), `auth` and `tls` (credentials and TLS on every port), `serve`
+//! allocator's API over the same bodies), `explain` (why an object's targets are or are not served,
+//! asked of the serving code), `auth` and `tls` (credentials and TLS on every port), `serve`
 //! (wiring); `reference` computes jobs from scratch for the tests and the fault soak to compare with.
 
 pub mod allocator;
@@ -18,6 +19,7 @@ pub mod bodies;
 pub mod cache;
 pub mod cluster;
 pub mod compact;
+pub mod explain;
 pub mod filter;
 pub mod frames;
 pub mod http;

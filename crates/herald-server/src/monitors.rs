@@ -273,7 +273,7 @@ fn cached(shared: &Shared, group: &str, plural: &str) -> Option<ResId> {
 }
 
 /// The cached prometheus-operator resource `plural`.
-fn resource(shared: &Shared, plural: &str) -> Option<ResId> {
+pub(crate) fn resource(shared: &Shared, plural: &str) -> Option<ResId> {
     cached(shared, "monitoring.coreos.com", plural)
 }
 

@@ -357,6 +357,11 @@ impl Shared {
         *self.jobs[j].generation_tx.borrow()
     }
 
+    /// Runs `f` on the index under its lock (`explain`: one object's groups, read on demand).
+    pub fn read_index<R>(&self, f: impl FnOnce(&Index) -> R) -> R {
+        f(&self.index())
+    }
+
     /// Job `j`'s groups of objects in `namespaces` (all when empty), at its current generation.
     pub fn cut_namespaces(&self, j: usize, namespaces: &[String]) -> crate::index::JobCut {
         self.index().cut_namespaces(j, namespaces)

@@ -32,6 +32,40 @@ pub enum Command {
     /// What the cluster's Services cost every node's kube-proxy (rules, measured sync times) and
     /// its watchers the apiserver, with and without herald.
     Simulate(herald_simulate::SimulateArgs),
+    /// Ask a running herald which jobs and shards serve an object's targets, with which labels,
+    /// and which rule, selector or port dropped the rest (`GET /explain`).
+    Explain(ExplainArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct ExplainArgs {
+    /// Pod, Service, Endpoints, EndpointSlice, Node, Ingress, ServiceMonitor or PodMonitor.
+    #[arg(value_name = "KIND")]
+    pub kind: String,
+    /// NAMESPACE/NAME, or NAME for a Node.
+    #[arg(value_name = "[NS/]NAME")]
+    pub object: String,
+    /// herald's URL (http://HOST:PORT, or https:// with --ca-file).
+    #[arg(long, value_name = "URL")]
+    pub server: String,
+    /// A file whose first non-comment line is a bearer token herald accepts.
+    #[arg(long, value_name = "FILE")]
+    pub token_file: Option<PathBuf>,
+    /// The CA that signed herald's certificate (for https).
+    #[arg(long, value_name = "FILE")]
+    pub ca_file: Option<PathBuf>,
+    /// Shard counts to place each target in, besides those consumers use (e.g. 2,4).
+    #[arg(long, value_name = "N,...")]
+    pub shards: Option<String>,
+    /// `table` (readable) or `json` (herald's answer as it is).
+    #[arg(long, value_enum, default_value_t = ExplainOutput::Table)]
+    pub output: ExplainOutput,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum ExplainOutput {
+    Table,
+    Json,
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]

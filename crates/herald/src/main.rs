@@ -1,11 +1,13 @@
 //! herald: one Kubernetes discovery for every Prometheus. `herald serve` runs it against a cluster,
 //! `herald demo` against an in-process kube-sim; `herald audit` reviews a cluster's discovery setup;
 //! `herald simulate` measures what its Services cost kube-proxy and its watchers the apiserver.
+//! `herald explain` asks a running herald why an object's targets are (not) served.
 //! This file only parses arguments and dispatches.
 
 mod audit;
 mod cli;
 mod demo;
+mod explain;
 mod serve;
 mod simulate;
 
@@ -30,5 +32,6 @@ async fn main() -> anyhow::Result<()> {
         cli::Command::Demo(args) => demo::run(args).await,
         cli::Command::Audit(args) => audit::run(args).await,
         cli::Command::Simulate(args) => simulate::run(args).await,
+        cli::Command::Explain(args) => explain::run(args).await,
     }
 }

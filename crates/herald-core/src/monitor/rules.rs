@@ -41,6 +41,8 @@ impl Rule {
 /// Rules accumulated for one job, with the error context.
 pub(super) struct Rules<'a> {
     pub(super) rules: Vec<Yaml>,
+    /// What some rules stand for (see [`super::RuleNote`]), by rule index.
+    pub(super) notes: Vec<(usize, super::RuleNote)>,
     pub(super) err: &'a dyn Fn(String, String) -> MonitorError,
 }
 
@@ -60,6 +62,8 @@ impl Rules<'_> {
 
     /// `generateRunningFilter`.
     pub(super) fn running_filter(&mut self) {
+        self.notes
+            .push((self.rules.len(), super::RuleNote::RunningFilter));
         self.push(
             Rule::default()
                 .action("drop")
@@ -99,7 +103,14 @@ impl Rules<'_> {
                 sanitize_label_name(k)
             )
         };
+        let note = |requirement: String| super::RuleNote::Selector {
+            field: field.to_owned(),
+            object: object.to_owned(),
+            requirement,
+        };
         for (k, v) in &sel.match_labels {
+            self.notes
+                .push((self.rules.len(), note(format!("matchLabels: {k}={v}"))));
             self.push(
                 Rule::default()
                     .action("keep")
@@ -135,6 +146,12 @@ impl Rules<'_> {
                     ));
                 }
             };
+            let requirement = format!(
+                "matchExpressions[{i}]: {k} {} ({})",
+                exp.operator,
+                exp.values.join(",")
+            );
+            self.notes.push((self.rules.len(), note(requirement)));
             self.push(rule);
         }
         let expressions = sel

@@ -1987,3 +1987,61 @@ fn a_bearer_token_file_with_an_authorization_is_refused_as_prometheus_would_refu
         other => panic!("{other:?}"),
     }
 }
+
+#[test]
+fn each_selector_requirement_and_the_running_filter_is_noted_at_its_rule() {
+    let obj = pm(
+        "ns",
+        "m",
+        json!({
+            "selector": {"matchLabels": {"app": "web"},
+                         "matchExpressions": [{"key": "tier", "operator": "In", "values": ["a", "b"]}]},
+            "podMetricsEndpoints": [{"port": "metrics"}],
+        }),
+    );
+    let job = one_pm(&obj, &MonitorContext::default());
+    let notes: Vec<(usize, RuleNote)> = job.rule_notes.clone();
+    assert_eq!(notes.len(), 3, "{notes:?}");
+    let (run, _) = notes
+        .iter()
+        .find(|(_, n)| *n == RuleNote::RunningFilter)
+        .expect("the running filter is noted");
+    assert_eq!(
+        job.relabel_configs[*run].source_labels(),
+        ["__meta_kubernetes_pod_phase"]
+    );
+    let requirement = |text: &str| {
+        let (i, _) = notes
+            .iter()
+            .find(|(_, n)| {
+                matches!(n, RuleNote::Selector { requirement, object, field }
+                if requirement == text && object == "pod" && field == "spec.selector")
+            })
+            .unwrap_or_else(|| panic!("{text} is noted: {notes:?}"));
+        &job.relabel_configs[*i]
+    };
+    let app = requirement("matchLabels: app=web");
+    assert_eq!(app.source_labels()[0], "__meta_kubernetes_pod_label_app");
+    let tier = requirement("matchExpressions[0]: tier In (a,b)");
+    assert_eq!(tier.source_labels()[0], "__meta_kubernetes_pod_label_tier");
+    // The note's rule is the one that drops a pod failing that requirement, and only it.
+    let mut labels = ls! {
+        "__meta_kubernetes_pod_label_app": "web",
+        "__meta_kubernetes_pod_labelpresent_app": "true",
+        "__meta_kubernetes_pod_label_tier": "c",
+        "__meta_kubernetes_pod_labelpresent_tier": "true",
+        "__meta_kubernetes_pod_phase": "Running",
+        "__meta_kubernetes_pod_container_port_name": "metrics",
+        "__address__": "10.0.0.1:8080",
+    };
+    let relabel = crate::JobRelabel::new(job.relabel_configs.clone(), false)
+        .expect("valid")
+        .with_defaults(scrape_defaults(&job));
+    let stop = relabel.apply_or_stop(&mut labels);
+    let tier_at = notes
+        .iter()
+        .find(|(_, n)| matches!(n, RuleNote::Selector { requirement, .. } if requirement.starts_with("matchExpressions[0]")))
+        .map(|(i, _)| *i)
+        .expect("noted");
+    assert_eq!(stop, Err(crate::RelabelStop::Rule(tier_at)));
+}

@@ -26,7 +26,7 @@ pub async fn page(State(shared): State<Arc<Shared>>) -> Response {
     res
 }
 
-const STYLE: &str = "body{font:14px/1.4 system-ui,sans-serif;margin:1.5em;color:#222}\
+pub(crate) const STYLE: &str = "body{font:14px/1.4 system-ui,sans-serif;margin:1.5em;color:#222}\
 h1{font-size:1.4em;margin:0 0 .2em}h2{font-size:1.1em;margin:1.4em 0 .4em}\
 table{border-collapse:collapse}td,th{padding:.2em .8em;border-bottom:1px solid #ddd;text-align:left}\
 td.n{text-align:right;font-variant-numeric:tabular-nums}.ok{color:#176f2c}.stale{color:#b00020}\
@@ -126,6 +126,11 @@ pub fn render(s: &Status) -> String {
             h.push_str("</ul>");
         }
     }
+    // NB: this page reloads itself; `/explain.html` holds the same form without reloading.
+    h.push_str(&super::explain::form(&Default::default()));
+    h.push_str(
+        "<p class=\"dim\"><a href=\"/explain.html\">the explain page</a> (does not reload)</p>",
+    );
     h.push_str(
         "<h2>Upstream watches</h2><table id=\"upstream\"><tr><th>kind</th><th>health</th>\
          <th>objects</th><th>last event</th><th>watches started</th><th>relists</th><th>errors</th></tr>",
@@ -172,7 +177,7 @@ pub fn render(s: &Status) -> String {
 }
 
 /// HTML-escapes text and attribute values.
-fn esc(s: &str) -> String {
+pub(crate) fn esc(s: &str) -> String {
     let mut out = String::with_capacity(s.len());
     for ch in s.chars() {
         match ch {
