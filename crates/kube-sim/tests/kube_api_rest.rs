@@ -297,7 +297,11 @@ async fn content_negotiation_follows_the_accept_header() {
         "",
     ] {
         let r = get("/api/v1/namespaces", accept).await.expect("request");
-        assert_eq!(r.headers()["content-type"], "application/json", "{accept:?}");
+        assert_eq!(
+            r.headers()["content-type"],
+            "application/json",
+            "{accept:?}"
+        );
         let body: Value = r.json().await.expect("JSON body");
         assert_eq!(body["kind"], "NamespaceList");
     }
