@@ -299,14 +299,7 @@ fn assert_protobuf_served(herald: &Herald) {
     let mut metrics = String::new();
     prometheus_client::encoding::text::encode(&mut metrics, herald.shared().registry())
         .expect("encode herald's metrics");
-    let value = |series: &str| -> f64 {
-        metrics
-            .lines()
-            .find(|l| l.starts_with(series))
-            .and_then(|l| l.rsplit(' ').next())
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(0.0)
-    };
+    let value = |series: &str| peers::cluster::series_value(&metrics, series);
     let watch = "herald_kube_content_events_total{content_type=\"application/vnd.kubernetes.protobuf;stream=watch\"}";
     let lists =
         "herald_kube_content_bytes_total{content_type=\"application/vnd.kubernetes.protobuf\"}";

@@ -12,15 +12,14 @@
 
 #[path = "peers/harness.rs"]
 mod peers;
+#[path = "support/kube.rs"]
+mod support;
 
-use std::net::SocketAddr;
 use std::path::Path;
 use std::process::Command;
-use std::time::Duration;
 
-use herald_server::{Herald, KubeApiOptions, KubeServeOptions, ServeOptions};
+use herald_server::{Herald, KubeApiOptions};
 use peers::cluster::{loopback_spec, start_sim};
-use peers::process::free_loopback_port;
 use serde_json::Value;
 
 /// The built-in kinds kube-sim serves: (plural for protojudge, herald's kind name).
@@ -89,32 +88,18 @@ async fn write_fixtures(url: &str) -> usize {
     objects.len()
 }
 
-async fn start_herald(upstream: &str, face: SocketAddr) -> Herald {
+/// herald over `upstream` serving every kind of `KINDS` on its face.
+async fn start_herald(upstream: &str) -> Herald {
     let refs: Vec<herald_core::KindRef> = KINDS
         .iter()
         .map(|(_, k)| herald_core::KindRef::Builtin(k.to_string()))
         .collect();
     let (resources, _) = herald_server::kube_kinds(&refs).expect("built-in kinds");
-    let herald = Herald::start(
-        vec![],
-        kube::Config::new(upstream.parse().expect("upstream url")),
-        ServeOptions {
-            kube: Some(KubeServeOptions::plain(
-                face,
-                KubeApiOptions {
-                    resources,
-                    ..KubeApiOptions::default()
-                },
-            )),
-            ..ServeOptions::default()
-        },
-    )
-    .await
-    .expect("herald starts");
-    tokio::time::timeout(Duration::from_secs(30), herald.ready())
-        .await
-        .expect("herald syncs within 30 s");
-    herald
+    let api = KubeApiOptions {
+        resources,
+        ..KubeApiOptions::default()
+    };
+    support::start_herald(upstream, "jobs: []", api, "herald-e2e-protobuf").await
 }
 
 /// Runs protojudge against `server` on a blocking thread; returns its report.
@@ -169,25 +154,25 @@ async fn protobuf_equals_apimachinery_through_two_tiers() {
     let written = write_fixtures(&sim.url()).await;
     assert!(written >= 14);
 
-    let face1 = SocketAddr::from(([127, 0, 0, 1], free_loopback_port()));
-    let tier1 = start_herald(&sim.url(), face1).await;
-    let face2 = SocketAddr::from(([127, 0, 0, 1], free_loopback_port()));
-    let tier2 = start_herald(&format!("http://{face1}"), face2).await;
+    let tier1 = start_herald(&sim.url()).await;
+    let face1 = tier1.kube_url().expect("face on");
+    let tier2 = start_herald(&face1).await;
+    let face2 = tier2.kube_url().expect("face on");
 
     // Quiet: lists of kube-sim and of both tiers, objects by GET, and watches from the start.
     let all: Vec<&str> = KINDS.iter().map(|(p, _)| *p).collect();
     let direct = judge(&bin, &sim.url(), &all, 1).await;
     assert_covered("kube-sim", &direct);
-    let tier = judge(&bin, &format!("http://{face1}"), &all, 1).await;
+    let tier = judge(&bin, &face1, &all, 1).await;
     assert_covered("herald", &tier);
-    let tier = judge(&bin, &format!("http://{face2}"), &all, 1).await;
+    let tier = judge(&bin, &face2, &all, 1).await;
     assert_covered("herald tier 2", &tier);
 
     // Under churn: every frame of herald's watches (ADDED, MODIFIED, DELETED, bookmarks) is still
     // Go's encoding of what it carries.
     sim.handle().set_churn(40.0);
     let churning = ["pods", "endpointslices", "endpoints", "services"];
-    let churned = judge(&bin, &format!("http://{face2}"), &churning, 4).await;
+    let churned = judge(&bin, &face2, &churning, 4).await;
     sim.handle().set_churn(0.0);
     let events: u64 = churning
         .iter()
@@ -198,17 +183,8 @@ async fn protobuf_equals_apimachinery_through_two_tiers() {
         "the churned watches carried no events: {churned}"
     );
 
-    let mut metrics = String::new();
-    prometheus_client::encoding::text::encode(&mut metrics, tier1.shared().registry())
-        .expect("metrics encode");
-    let series = |name: &str| -> f64 {
-        metrics
-            .lines()
-            .find(|l| l.starts_with(name))
-            .and_then(|l| l.rsplit(' ').next())
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(0.0)
-    };
+    let metrics = support::metrics_text(&tier1);
+    let series = |name: &str| peers::cluster::series_value(&metrics, name);
     assert!(
         series(
             "herald_kube_content_events_total{content_type=\"application/vnd.kubernetes.protobuf;stream=watch\"}"

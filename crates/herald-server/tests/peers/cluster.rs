@@ -378,6 +378,18 @@ pub fn monitor(kind: Kind, ns: &str, name: &str, spec: Value) -> Object {
     )
 }
 
+/// The value of `series` (a metric name with its labels as herald writes them) in a `/metrics` text;
+/// 0 when absent.
+pub fn series_value(metrics: &str, series: &str) -> f64 {
+    metrics
+        .lines()
+        .find_map(|l| {
+            let (name, value) = l.rsplit_once(' ')?;
+            (name == series).then(|| value.parse().ok()).flatten()
+        })
+        .unwrap_or(0.0)
+}
+
 /// The value of `series` (a metric name with its labels as herald writes them, e.g.
 /// `herald_monitor_problems{served="false"}`) on herald's `/metrics`; `None` when absent.
 pub async fn metric(http: &reqwest::Client, herald: &Herald, series: &str) -> Option<f64> {
