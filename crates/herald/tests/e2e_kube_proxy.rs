@@ -130,6 +130,40 @@ fn service_json(sim: &Sim, ns: &str, name: &str) -> Value {
         .unwrap_or_else(|| panic!("service {ns}/{name}"))
 }
 
+/// kube-proxy starts syncing once its Services and EndpointSlices are in, whether or not its
+/// ServiceCIDR informer has synced, and a ServiceCIDR arriving later does not trigger a sync
+/// (pkg/proxy/nftables `OnServiceCIDRsChanged` only records the CIDRs): so whether the first ruleset
+/// holds the `cluster-ips-check` rule depends on which informer synced first, through herald or not.
+/// Once both proxies have their ServiceCIDRs, a new Service makes both sync with them.
+async fn settle_service_cidrs(sim: &Sim, proxies: [&mut KubeProxy; 2]) {
+    let start = Instant::now();
+    for p in proxies {
+        while !p
+            .log_text()
+            .contains(r#""Caches are synced" controller="serviceCIDR config""#)
+        {
+            p.check_alive();
+            assert!(
+                start.elapsed() < Duration::from_secs(90),
+                "kube-proxy's ServiceCIDR informer did not sync:\n{}",
+                p.log_tail(20)
+            );
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+    let svcs = proxied_services(sim);
+    let (ns, name) = svcs.last().expect("a proxied Service");
+    let mut new = service_json(sim, ns, name);
+    new["metadata"]["name"] = format!("{name}-settle").into();
+    if let Some(m) = new["metadata"].as_object_mut() {
+        m.remove("uid");
+        m.remove("resourceVersion");
+    }
+    new["spec"]["clusterIP"] = "127.4.255.249".into();
+    new["spec"]["clusterIPs"] = serde_json::json!(["127.4.255.249"]);
+    put_service(sim, new);
+}
+
 fn put_service(sim: &Sim, v: Value) {
     let svc = serde_json::from_value(v).expect("a Service");
     sim.handle().apply(vec![Write::Put(Object::Service(svc))]);
@@ -265,6 +299,7 @@ fn through_herald_equals_direct(mode: Mode) {
         };
         let mut via_herald = launch(&kc_herald).start(a.name());
         let mut direct = launch(&kc_direct).start(b.name());
+        settle_service_cidrs(&sim, [&mut via_herald, &mut direct]).await;
 
         let first = wait_equal(
             (&a, &mut via_herald),
