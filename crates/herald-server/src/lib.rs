@@ -10,7 +10,7 @@
 //! `status` (the status page's data), `monitors` and `istio` (prometheus-operator monitors and
 //! Istio's PeerAuthentications, read from the cache), `allocator` (the OpenTelemetry target
 //! allocator's API over the same bodies), `explain` (why an object's targets are or are not served,
-//! asked of the serving code), `auth` and `tls` (credentials and TLS on every port), `serve`
+//! asked of the serving code; `heap` gives its memory back when it is done), `auth` and `tls` (credentials and TLS on every port), `serve`
 //! (wiring); `reference` computes jobs from scratch for the tests and the fault soak to compare with.
 
 pub mod allocator;
@@ -22,6 +22,7 @@ pub mod compact;
 pub mod explain;
 pub mod filter;
 pub mod frames;
+pub mod heap;
 pub mod http;
 pub mod index;
 pub mod istio;

@@ -13,14 +13,14 @@ mod simulate;
 
 use clap::Parser;
 
-// herald's hot paths (decoding objects, building label sets) allocate many small, short-lived values;
-// mimalloc handles that pattern far better than glibc malloc (see bench/RESULTS.md).
+// mimalloc, for herald's many small short-lived allocations (see herald-alloc).
 #[global_allocator]
-static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+static GLOBAL: herald_alloc::MiMalloc = herald_alloc::MiMalloc;
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let cli = cli::Cli::parse();
+    herald_server::heap::set_release(herald_alloc::release_free_memory);
     // The demo's start-up output is what a newcomer reads: its logs default to warnings only.
     let default_level = match cli.command {
         cli::Command::Demo(_) => "warn",

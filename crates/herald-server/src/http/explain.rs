@@ -28,12 +28,34 @@ async fn answer(
 ) -> Result<serde_json::Value, ExplainError> {
     let q = explain::Query::parse(&params)?;
     // NB: on a blocking thread: a monitor's answer walks its namespaces' groups.
-    tokio::task::spawn_blocking(move || {
-        let e = explain::explain(&shared, &q)?;
-        Ok(serde_json::to_value(e).expect("an explanation is plain data"))
+    off_the_workers(move || {
+        explain::explain(&shared, &q)
+            .map(|e| serde_json::to_value(e).expect("an explanation is plain data"))
     })
     .await
-    .expect("explaining does not panic")
+}
+
+/// Explains computed at once; more wait their turn. Each is milliseconds of CPU (up to ~50 at
+/// `k8s-limits`); this keeps a burst of them from taking every core from serving.
+const CONCURRENT_EXPLAINS: usize = 2;
+static EXPLAINS: tokio::sync::Semaphore = tokio::sync::Semaphore::const_new(CONCURRENT_EXPLAINS);
+
+/// How long explains must pause before the memory they freed is given back.
+const RELEASE_AFTER: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// Runs an explain on a blocking thread (a monitor's answer walks its namespaces' groups). Once
+/// explains pause, the memory they freed goes back to the OS: an answer allocates megabytes at full
+/// size and frees them at once, and herald keeps nothing per explain (`crate::heap`).
+async fn off_the_workers<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> T {
+    let _turn = EXPLAINS
+        .acquire()
+        .await
+        .expect("the explain semaphore is never closed");
+    let answer = tokio::task::spawn_blocking(f)
+        .await
+        .expect("explaining does not panic");
+    crate::heap::release_when_quiet(RELEASE_AFTER);
+    answer
 }
 
 pub async fn json(
@@ -41,14 +63,15 @@ pub async fn json(
     Query(params): Query<BTreeMap<String, String>>,
 ) -> Response {
     let answered = match explain::Query::parse(&params) {
-        // NB: on a blocking thread: a monitor's answer walks its namespaces' groups. Encoded
-        // there too: an answer lists every job reading the kind (thousands with monitors).
-        Ok(q) => tokio::task::spawn_blocking(move || {
-            explain::explain(&shared, &q)
-                .map(|e| serde_json::to_vec(&e).expect("an explanation is plain data"))
-        })
-        .await
-        .expect("explaining does not panic"),
+        // Encoded on the blocking thread too: an answer lists every job reading the kind
+        // (thousands with monitors).
+        Ok(q) => {
+            off_the_workers(move || {
+                explain::explain(&shared, &q)
+                    .map(|e| serde_json::to_vec(&e).expect("an explanation is plain data"))
+            })
+            .await
+        }
         Err(e) => Err(e),
     };
     match answered {
