@@ -12,9 +12,12 @@
 #        bench/kube-proxy-informers.sh --quick   10 sets, the small preset, 5 s window
 # Env: INFORMERS, PRESET, RATE, SECONDS_WINDOW override the defaults; SIM_ARGS adds kube-sim flags
 # (e.g. "--nodes 500 --services 1000 --pods 15000": a tenth of k8s-limits). CARGO_TARGET_DIR is honoured.
+# WATCH_ONLY=1: each set is one plain client-go watch of the same Services instead of informers (no
+# cache, no handlers): the client CPU of client-go's watch decoding alone.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+watch_only=${WATCH_ONLY:-}
 informers=${INFORMERS:-100} preset=${PRESET:-k8s-limits} rate=${RATE:-100} window=${SECONDS_WINDOW:-30}
 if [ "${1:-}" = "--quick" ]; then
   informers=${INFORMERS:-10} preset=${PRESET:-small} window=${SECONDS_WINDOW:-5}
@@ -56,6 +59,7 @@ for via in herald direct; do
   for ct in json protobuf; do
     kc="$work/$via.kubeconfig"; [ "$via" = direct ] && kc="$work/sim.kubeconfig"
     flags=(); [ "$ct" = protobuf ] && flags=(--protobuf)
+    [ -n "$watch_only" ] && flags+=(--watch-only)
     b0=$(sim_bytes); h0=$(herald_bytes)
     out="$work/$via-$ct.json"
     "$bin/proxy-informers" --kubeconfig "$kc" --informers "$informers" --rate 0 --seconds "${window}s" \
@@ -89,11 +93,11 @@ json.dump({"informers": int(informers), "preset": preset, "sim_args": os.environ
            "rate": float(rate), "runs": rows},
           open("bench/out/kube-proxy-informers.json", "w"), indent=2)
 print(f"\n{informers} kube-proxy-shaped informer sets, preset {preset} {os.environ.get('SIM_ARGS', '')}, {rate} Service updates/s\n")
-print("| via | content | sync s | events | client CPU µs/event | p50 ms | p99 ms | kube-sim watches | kube-sim MB sent | kube-sim CPU s | herald CPU s | herald MB sent |")
-print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+print("| via | client | content | sync s | events | client CPU µs/event | p50 ms | p99 ms | kube-sim watches | kube-sim MB sent | kube-sim CPU s | herald CPU s | herald MB sent |")
+print("|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
 for r in rows:
     cpu = r.get("server_cpu_seconds", {})
-    print(f"| {r['via']} | {r['content_type']} | {r['sync_seconds']:.1f} | {r['events']} | {r['client_cpu_per_event_us']:.0f} | "
+    print(f"| {r['via']} | {r.get('client', 'informers')} | {r['content_type']} | {r['sync_seconds']:.1f} | {r['events']} | {r['client_cpu_per_event_us']:.0f} | "
           f"{r['latency_p50_ms']:.1f} | {r['latency_p99_ms']:.1f} | {r['sim_watches_open']} | {r['sim_bytes_sent']/1e6:.1f} | "
           f"{cpu.get('kube-sim', 0):.1f} | {cpu.get('herald', 0):.1f} | {r['herald_bytes_sent']/1e6:.1f} |")
 EOF

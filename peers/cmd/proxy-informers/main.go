@@ -25,10 +25,12 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/selection"
+	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
@@ -49,6 +51,7 @@ type report struct {
 	WriteErrors      int64              `json:"write_errors"`
 	Events           int64              `json:"events"`
 	ServiceUpdates   int64              `json:"service_updates"`
+	Client           string             `json:"client"`
 	ClientCPUSeconds float64            `json:"client_cpu_seconds"`
 	ClientCPUPerEvUs float64            `json:"client_cpu_per_event_us"`
 	LatencyP50Ms     float64            `json:"latency_p50_ms"`
@@ -69,6 +72,8 @@ func main() {
 	pids := flag.String("pid", "", "server processes to read the CPU of, name=pid,name=pid")
 	out := flag.String("json", "", "where to write the report (default stdout)")
 	version := flag.Bool("version", false, "print the client-go version and exit")
+	watchOnly := flag.Bool("watch-only", false, "instead of informers, each set runs one plain client-go watch of the same Services "+
+		"(no cache, no handlers): what the watch machinery and decoding cost alone")
 	flag.Parse()
 	if *version {
 		fmt.Println("proxy-informers: client-go v0.37.2 (k8s.io/client-go), kube-proxy's informer shapes of k8s.io/kubernetes v1.37.2")
@@ -153,17 +158,20 @@ func main() {
 	}
 	start := time.Now()
 	var synced []cache.InformerSynced
-	for i := 0; i < *n; i++ {
-		cfg := rest.CopyConfig(readCfg)
-		cfg.QPS, cfg.Burst = 1000, 1000
-		// A Dial of its own keeps client-go from sharing one cached transport (and its
-		// connections) between the sets: each set is a separate kube-proxy.
-		d := &net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second}
-		cfg.Dial = d.DialContext
-		cs, err := kubernetes.NewForConfig(cfg)
-		if err != nil {
-			fail("client %d: %v", i, err)
-		}
+	for i := 0; i < *n && *watchOnly; i++ {
+		cs := client(readCfg)
+		opts := metav1.ListOptions{LabelSelector: svcLabels, FieldSelector: svcFields}
+		rv := listRV(ctx, cs, opts)
+		go watchServices(ctx, cs, opts, rv, func(ev watch.Event) {
+			if ev.Type == watch.Modified {
+				onService(ev.Object)
+			} else {
+				events.Add(1)
+			}
+		})
+	}
+	for i := 0; i < *n && !*watchOnly; i++ {
+		cs := client(readCfg)
 		node := nodes[i%len(nodes)]
 		svcF := informers.NewSharedInformerFactoryWithOptions(cs, 0, informers.WithTweakListOptions(func(o *metav1.ListOptions) {
 			o.LabelSelector, o.FieldSelector = svcLabels, svcFields
@@ -222,6 +230,7 @@ func main() {
 	r := report{
 		Informers:        *n,
 		ContentType:      map[bool]string{true: "protobuf", false: "json"}[*protobuf],
+		Client:           map[bool]string{true: "watch", false: "informers"}[*watchOnly],
 		WatchList:        os.Getenv("KUBE_FEATURE_WatchListClient"),
 		SyncSeconds:      syncSeconds,
 		WindowSeconds:    elapsed,
@@ -290,6 +299,58 @@ func write(ctx context.Context, writer *kubernetes.Clientset, svcLabels, svcFiel
 		}
 		writes.Add(1)
 		*s = *got
+	}
+}
+
+// client is one set's clientset. A Dial of its own keeps client-go from sharing one cached transport
+// (and its connections) between the sets: each set is a separate kube-proxy.
+func client(readCfg *rest.Config) *kubernetes.Clientset {
+	cfg := rest.CopyConfig(readCfg)
+	cfg.QPS, cfg.Burst = 1000, 1000
+	d := &net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second}
+	cfg.Dial = d.DialContext
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		fail("client: %v", err)
+	}
+	return cs
+}
+
+// listRV is the resourceVersion of a one-item list of the Services: where a watch of what changes
+// from now on starts (no initial events).
+func listRV(ctx context.Context, cs *kubernetes.Clientset, opts metav1.ListOptions) string {
+	opts.Limit = 1
+	list, err := cs.CoreV1().Services("").List(ctx, opts)
+	if err != nil {
+		fail("listing Services: %v", err)
+	}
+	return list.ResourceVersion
+}
+
+// watchServices watches the Services from rv until ctx ends, handing every event to onEvent; a watch
+// the server ends is resumed from the last resourceVersion seen, an expired one from a new list.
+func watchServices(ctx context.Context, cs *kubernetes.Clientset, opts metav1.ListOptions, rv string, onEvent func(watch.Event)) {
+	for ctx.Err() == nil {
+		o := opts
+		o.ResourceVersion, o.AllowWatchBookmarks = rv, true
+		w, err := cs.CoreV1().Services("").Watch(ctx, o)
+		if err != nil {
+			time.Sleep(time.Second)
+			continue
+		}
+		for ev := range w.ResultChan() {
+			if ev.Type == watch.Error {
+				rv = listRV(ctx, cs, opts)
+				break
+			}
+			if m, err := meta.Accessor(ev.Object); err == nil {
+				rv = m.GetResourceVersion()
+			}
+			if ev.Type != watch.Bookmark {
+				onEvent(ev)
+			}
+		}
+		w.Stop()
 	}
 }
 
