@@ -13,10 +13,9 @@ use std::time::Duration;
 
 use anyhow::{Context as _, bail};
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
-use tokio::net::TcpStream;
 use tokio::time::Instant;
 
-use crate::watchers::{Meter, Outcome, Target, now_ns, watch_once};
+use crate::watchers::{Meter, Outcome, Target, connect, now_ns, watch_once};
 use crate::{scan, wire};
 
 /// client-go's reflector backoff (`k8s.io/client-go/tools/cache/reflector.go`:
@@ -168,8 +167,7 @@ fn other_status(m: &Meter, code: u16) {
 /// One LIST, read to its end; a 200's resourceVersion is the first in the body (the list's
 /// `metadata`, written before its items).
 async fn list_once(id: usize, target: &Target, path: &str, m: &Meter) -> anyhow::Result<Listed> {
-    let mut s = TcpStream::connect(target.addr).await.context("connect")?;
-    s.set_nodelay(true)?;
+    let mut s = connect(target.addr).await?;
     s.write_all(&wire::get_request(
         path,
         &target.addr.to_string(),

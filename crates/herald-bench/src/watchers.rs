@@ -175,6 +175,21 @@ pub async fn watcher(id: usize, target: Arc<Target>, start_rv: Option<u64>, m: A
     }
 }
 
+/// A client's dead-connection bound: request bytes the server has not acknowledged for this long
+/// end the connection. Models client-go's TLS handshake timeout (10 s, `net/http`'s
+/// `DefaultTransport`), which is what ends a kubelet's connection that a server dropped at accept
+/// (a full listen backlog with SYN cookies leaves the client ESTABLISHED and the server without the
+/// connection; plain TCP would retransmit for minutes, `tcp_retries2`).
+pub const DEAD_CONNECTION: Duration = Duration::from_secs(10);
+
+/// A connection to `addr` with Nagle off and [`DEAD_CONNECTION`] as its TCP user timeout.
+pub(crate) async fn connect(addr: SocketAddr) -> anyhow::Result<TcpStream> {
+    let s = TcpStream::connect(addr).await.context("connect")?;
+    s.set_nodelay(true)?;
+    socket2::SockRef::from(&s).set_tcp_user_timeout(Some(DEAD_CONNECTION))?;
+    Ok(s)
+}
+
 /// One watch from `rv` (or from the current state when `None`) until it ends; `rv` follows the
 /// events read.
 pub(crate) async fn watch_once(
@@ -185,8 +200,7 @@ pub(crate) async fn watch_once(
     samples: &mut Vec<u64>,
 ) -> anyhow::Result<Outcome> {
     let addr = target.addr;
-    let mut s = TcpStream::connect(addr).await.context("connect")?;
-    s.set_nodelay(true)?;
+    let mut s = connect(addr).await?;
     let path = match rv {
         Some(v) => format!("{}&resourceVersion={v}", target.path),
         None => target.path.clone(),
