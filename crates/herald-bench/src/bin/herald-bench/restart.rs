@@ -207,6 +207,19 @@ fn upstream_delta(before: &Value, after: &Value) -> Value {
     })
 }
 
+/// `herald_upstream_relists_total` per kind, from herald's metrics text.
+fn relists_per_kind(text: &str) -> Value {
+    let prefix = "herald_upstream_relists_total{kind=\"";
+    text.lines()
+        .filter_map(|l| {
+            let (kind, rest) = l.strip_prefix(prefix)?.split_once('"')?;
+            let v: f64 = rest.rsplit(' ').next()?.parse().ok()?;
+            Some((kind.to_string(), json!(v)))
+        })
+        .collect::<serde_json::Map<_, _>>()
+        .into()
+}
+
 fn meter_counts(m: &Meter) -> Value {
     json!({
         "lists": m.lists.load(Relaxed),
@@ -425,6 +438,7 @@ pub async fn run(env: &Env, plan: &Plan) -> anyhow::Result<Value> {
     let storm_hwm = herald.peak_rss() / 1048576.0;
     let storm_cpu = herald.cpu();
     let metrics_after = herald_metrics(env, &hurl).await?;
+    let relists = relists_per_kind(&env.get_text(&format!("{hurl}/metrics")).await?);
     let up_after = upstream(&env.get_json(&format!("{}/sim/stats", sim.url)).await?);
     let counts_after = meter_counts(&meter);
     let gave_up = informers.iter().filter(|t| t.is_finished()).count();
@@ -468,12 +482,15 @@ pub async fn run(env: &Env, plan: &Plan) -> anyhow::Result<Value> {
         .unwrap_or(f64::NAN)
         .max(storm_hwm);
     let upstream_storm = upstream_delta(&up_before, &up_after);
-    // A kind synced once: one LIST and one WATCH, or one streaming list (a WATCH with
-    // sendInitialEvents, which kube-sim counts as a WATCH); more is a relist.
+    // A kind synced once: herald's own count of full syncs (`herald_upstream_relists_total`, a LIST
+    // or a streaming list) is 1 for every kind kube-sim saw it list or watch, and kube-sim saw at
+    // most one LIST of it. NB: kube-sim counts a streaming list (a WATCH with sendInitialEvents) as
+    // a WATCH, and herald resumes its watches after their timeoutSeconds (5–10 min): WATCHes > 1
+    // are not relists.
     let one_list_per_kind = upstream_storm["by_resource"].as_object().is_some_and(|rs| {
         !rs.is_empty()
-            && rs.values().all(|c| {
-                c["watches"].as_f64() == Some(1.0) && c["lists"].as_f64().is_some_and(|l| l <= 1.0)
+            && rs.iter().all(|(kind, c)| {
+                relists[kind].as_f64() == Some(1.0) && c["lists"].as_f64().is_some_and(|l| l <= 1.0)
             })
     });
     Ok(json!({
@@ -519,6 +536,7 @@ pub async fn run(env: &Env, plan: &Plan) -> anyhow::Result<Value> {
             },
             "marker_writes": marker_writes.load(Relaxed) - writes_before,
             "upstream": upstream_storm,
+            "herald_upstream_relists": relists,
             "series_t_rss_mib_cpu_s": series,
         },
         "goal": {
@@ -546,6 +564,18 @@ mod tests {
         assert_eq!(quantile(&v, 0.99), Some(99.0));
         assert_eq!(quantile(&v, 1.0), Some(100.0));
         assert_eq!(quantile(&[], 0.5), None);
+    }
+
+    #[test]
+    fn relists_are_read_per_kind() {
+        let text = "# HELP herald_upstream_relists_total x\n\
+                    herald_upstream_relists_total{kind=\"pods\"} 1\n\
+                    herald_upstream_relists_total{kind=\"services\"} 2\n\
+                    herald_upstream_watches_total{kind=\"pods\"} 5\n";
+        assert_eq!(
+            relists_per_kind(text),
+            json!({"pods": 1.0, "services": 2.0})
+        );
     }
 
     #[test]
