@@ -4,7 +4,7 @@
 //! Retry-After retries. Such a client never gives up: it retries until the run aborts it.
 //!
 //! The watch half is [`crate::watchers`]'s; the per-watcher timestamps it keeps in the
-//! [`Meter`](crate::watchers::Meter) say when each informer last listed, last got a watch and first
+//! [`Meter`] say when each informer last listed, last got a watch and first
 //! heard from that watch.
 
 use std::sync::Arc;
