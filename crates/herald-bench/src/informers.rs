@@ -15,7 +15,7 @@ use anyhow::{Context as _, bail};
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 use tokio::time::Instant;
 
-use crate::watchers::{Meter, Outcome, Target, connect, now_ns, watch_once};
+use crate::watchers::{Meter, Outcome, Target, connect, now_ns, read_head, watch_once};
 use crate::{scan, wire};
 
 /// client-go's reflector backoff (`k8s.io/client-go/tools/cache/reflector.go`:
@@ -176,14 +176,7 @@ async fn list_once(id: usize, target: &Target, path: &str, m: &Meter) -> anyhow:
     .await
     .context("sending the list")?;
     let mut raw: Vec<u8> = Vec::with_capacity(16 * 1024);
-    let head = loop {
-        if s.read_buf(&mut raw).await.context("reading the head")? == 0 {
-            bail!("connection closed before the response head");
-        }
-        if let Some(h) = wire::parse_head(&raw).map_err(anyhow::Error::msg)? {
-            break h;
-        }
-    };
+    let head = read_head(&mut s, &mut raw).await?;
     match head.status {
         200 => {}
         429 => return Ok(Listed::Refused(head.retry_after)),

@@ -190,6 +190,18 @@ pub(crate) async fn connect(addr: SocketAddr) -> anyhow::Result<TcpStream> {
     Ok(s)
 }
 
+/// Reads from `s` into `raw` until the response head is complete (the head stays in `raw`).
+pub(crate) async fn read_head(s: &mut TcpStream, raw: &mut Vec<u8>) -> anyhow::Result<wire::Head> {
+    loop {
+        if s.read_buf(raw).await.context("reading the head")? == 0 {
+            bail!("connection closed before the response head");
+        }
+        if let Some(h) = wire::parse_head(raw).map_err(anyhow::Error::msg)? {
+            return Ok(h);
+        }
+    }
+}
+
 /// One watch from `rv` (or from the current state when `None`) until it ends; `rv` follows the
 /// events read.
 pub(crate) async fn watch_once(
@@ -219,14 +231,7 @@ pub(crate) async fn watch_once(
     .await
     .context("sending the request")?;
     let mut raw: Vec<u8> = Vec::with_capacity(READ_BUF);
-    let head = loop {
-        if s.read_buf(&mut raw).await.context("reading the head")? == 0 {
-            bail!("connection closed before the response head");
-        }
-        if let Some(h) = wire::parse_head(&raw).map_err(anyhow::Error::msg)? {
-            break h;
-        }
-    };
+    let head = read_head(&mut s, &mut raw).await?;
     match head.status {
         200 => {}
         429 => return Ok(Outcome::Refused(head.retry_after)),
