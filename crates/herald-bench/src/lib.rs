@@ -5,11 +5,13 @@
 //! The library holds the pieces the `kube-watchers` binary's thousands of watchers share, kept cheap so
 //! the client is not what the benchmark measures: an HTTP/1.1 response head parser and chunked decoder
 //! ([`wire`]), a scanner that pulls the send time out of a watch event line without building a JSON tree
-//! ([`scan`]), a log-linear latency histogram ([`hist`]) and `/proc` readers ([`procfs`]); and the fault
-//! soak's churn plan, bounds and checks ([`soak`]).
+//! ([`scan`]), a log-linear latency histogram ([`hist`]) and `/proc` readers ([`procfs`]); informers
+//! that list then watch with client-go's backoff ([`informers`]); and the fault soak's churn plan,
+//! bounds and checks ([`soak`]).
 
 pub mod cluster;
 pub mod hist;
+pub mod informers;
 pub mod pace;
 pub mod procfs;
 pub mod procs;

@@ -18,6 +18,13 @@ pub struct Batch {
     pub last_rv: Option<u64>,
 }
 
+impl Batch {
+    /// Events and bookmarks in the batch; an ERROR event is not counted (it ends the watch).
+    pub fn lines(&self) -> u64 {
+        self.modified + self.added + self.deleted + self.bookmarks
+    }
+}
+
 fn finder(
     cell: &'static OnceLock<Finder<'static>>,
     needle: &'static [u8],

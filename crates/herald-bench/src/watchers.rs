@@ -62,6 +62,19 @@ pub struct Meter {
     pub other_status: Mutex<BTreeMap<u16, u64>>,
     pub errors: Mutex<BTreeMap<String, u64>>,
     pub bookmarks: AtomicU64,
+    /// Per watcher, ns since the epoch: when its latest watch got its 200, and when the first event
+    /// or bookmark arrived on that watch (0 until one has).
+    pub watch_ns: Vec<AtomicU64>,
+    pub first_event_ns: Vec<AtomicU64>,
+    /// Per watcher: the resourceVersion its latest watch started from (0: from the current state).
+    pub watch_rv: Vec<AtomicU64>,
+    /// Per watcher, ns since the epoch: when its latest 200 LIST was read to the end (informers only,
+    /// [`crate::informers`]).
+    pub listed_ns: Vec<AtomicU64>,
+    /// 200 LISTs read (informers only).
+    pub lists: AtomicU64,
+    /// 200 LISTs whose resourceVersion was 0: a server answering before it has synced.
+    pub lists_at_rv0: AtomicU64,
 }
 
 impl Meter {
@@ -81,6 +94,12 @@ impl Meter {
             other_status: Mutex::new(BTreeMap::new()),
             errors: Mutex::new(BTreeMap::new()),
             bookmarks: AtomicU64::new(0),
+            watch_ns: (0..n).map(|_| AtomicU64::new(0)).collect(),
+            first_event_ns: (0..n).map(|_| AtomicU64::new(0)).collect(),
+            watch_rv: (0..n).map(|_| AtomicU64::new(0)).collect(),
+            listed_ns: (0..n).map(|_| AtomicU64::new(0)).collect(),
+            lists: AtomicU64::new(0),
+            lists_at_rv0: AtomicU64::new(0),
         }
     }
 
@@ -156,7 +175,36 @@ pub async fn watcher(id: usize, target: Arc<Target>, start_rv: Option<u64>, m: A
     }
 }
 
-async fn watch_once(
+/// A client's dead-connection bound: request bytes the server has not acknowledged for this long
+/// end the connection. Models client-go's TLS handshake timeout (10 s, `net/http`'s
+/// `DefaultTransport`), which is what ends a kubelet's connection that a server dropped at accept
+/// (a full listen backlog with SYN cookies leaves the client ESTABLISHED and the server without the
+/// connection; plain TCP would retransmit for minutes, `tcp_retries2`).
+pub const DEAD_CONNECTION: Duration = Duration::from_secs(10);
+
+/// A connection to `addr` with Nagle off and [`DEAD_CONNECTION`] as its TCP user timeout.
+pub(crate) async fn connect(addr: SocketAddr) -> anyhow::Result<TcpStream> {
+    let s = TcpStream::connect(addr).await.context("connect")?;
+    s.set_nodelay(true)?;
+    socket2::SockRef::from(&s).set_tcp_user_timeout(Some(DEAD_CONNECTION))?;
+    Ok(s)
+}
+
+/// Reads from `s` into `raw` until the response head is complete (the head stays in `raw`).
+pub(crate) async fn read_head(s: &mut TcpStream, raw: &mut Vec<u8>) -> anyhow::Result<wire::Head> {
+    loop {
+        if s.read_buf(raw).await.context("reading the head")? == 0 {
+            bail!("connection closed before the response head");
+        }
+        if let Some(h) = wire::parse_head(raw).map_err(anyhow::Error::msg)? {
+            return Ok(h);
+        }
+    }
+}
+
+/// One watch from `rv` (or from the current state when `None`) until it ends; `rv` follows the
+/// events read.
+pub(crate) async fn watch_once(
     id: usize,
     target: &Target,
     rv: &mut Option<u64>,
@@ -164,8 +212,7 @@ async fn watch_once(
     samples: &mut Vec<u64>,
 ) -> anyhow::Result<Outcome> {
     let addr = target.addr;
-    let mut s = TcpStream::connect(addr).await.context("connect")?;
-    s.set_nodelay(true)?;
+    let mut s = connect(addr).await?;
     let path = match rv {
         Some(v) => format!("{}&resourceVersion={v}", target.path),
         None => target.path.clone(),
@@ -184,14 +231,7 @@ async fn watch_once(
     .await
     .context("sending the request")?;
     let mut raw: Vec<u8> = Vec::with_capacity(READ_BUF);
-    let head = loop {
-        if s.read_buf(&mut raw).await.context("reading the head")? == 0 {
-            bail!("connection closed before the response head");
-        }
-        if let Some(h) = wire::parse_head(&raw).map_err(anyhow::Error::msg)? {
-            break h;
-        }
-    };
+    let head = read_head(&mut s, &mut raw).await?;
     match head.status {
         200 => {}
         429 => return Ok(Outcome::Refused(head.retry_after)),
@@ -199,6 +239,9 @@ async fn watch_once(
     }
     raw.drain(..head.len);
     m.streaming.fetch_add(1, Relaxed);
+    m.first_event_ns[id].store(0, Relaxed);
+    m.watch_rv[id].store(rv.unwrap_or(0), Relaxed);
+    m.watch_ns[id].store(now_ns(), Relaxed);
     let _streaming = Streaming(m);
     if !m.attached_flags[id].swap(true, Relaxed) {
         m.attached.fetch_add(1, Relaxed);
@@ -235,6 +278,9 @@ async fn watch_once(
                     h.record(v);
                 }
                 samples.clear();
+            }
+            if batch.lines() > 0 && m.first_event_ns[id].load(Relaxed) == 0 {
+                m.first_event_ns[id].store(now, Relaxed);
             }
             if batch.modified > 0 {
                 m.per_watcher[id].fetch_add(batch.modified, Relaxed);

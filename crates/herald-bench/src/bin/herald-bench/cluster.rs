@@ -117,6 +117,21 @@ impl Env {
         kube_api: bool,
         dir: &Path,
     ) -> anyhow::Result<(Proc, String, Option<String>)> {
+        let kube_listen = kube_api.then_some("127.0.0.1:0");
+        self.start_herald_at(sim_url, jobs_yaml, "127.0.0.1:0", kube_listen, dir)
+            .await
+    }
+
+    /// herald with `jobs_yaml` serving on `listen` (and the Kubernetes API on `kube_listen`); as
+    /// [`Env::start_herald`].
+    pub async fn start_herald_at(
+        &self,
+        sim_url: &str,
+        jobs_yaml: &str,
+        listen: &str,
+        kube_listen: Option<&str>,
+        dir: &Path,
+    ) -> anyhow::Result<(Proc, String, Option<String>)> {
         let config = dir.join("herald.yaml");
         std::fs::write(&config, jobs_yaml)?;
         let mut args: Vec<String> = vec![
@@ -126,13 +141,13 @@ impl Env {
             "--apiserver".into(),
             sim_url.into(),
             "--listen".into(),
-            "127.0.0.1:0".into(),
+            listen.into(),
         ];
         let mut wanted = vec!["herald serving on"];
-        if kube_api {
+        if let Some(kube_listen) = kube_listen {
             args.extend([
                 "--kube-listen".into(),
-                "127.0.0.1:0".into(),
+                kube_listen.into(),
                 "--kube-insecure".into(),
             ]);
             wanted.push("kubernetes API on");

@@ -5,16 +5,19 @@
 //! measures the four sections (discovery cost versus vmagent and its scaling curve, control-plane load
 //! direct versus through herald, serving versus a static hyper server, propagation), and writes
 //! `results.json`, the RESULTS.md section and `discovery-scaling.svg` into `--out`. Two more sections
-//! run only when named: the fault soak and the steady state beside vmagent (`steady`). It measures and
+//! run only when named: the fault soak, the steady state beside vmagent (`steady`) and a restart in
+//! the steady state (`restart`). It measures and
 //! reports; it asserts nothing about speed.
 
 mod cluster;
 mod control;
 mod discovery;
+mod load;
 mod loadgen;
 mod plot;
 mod propagation;
 mod report;
+mod restart;
 mod serving;
 mod soak;
 mod static_server;
@@ -122,6 +125,9 @@ enum Section {
     Soak,
     /// The steady state beside vmagent (issue 22): only when named (`--only steady`), 10 minutes.
     Steady,
+    /// herald killed and restarted under 10,000 informers (issue 22): only when named
+    /// (`--only restart`).
+    Restart,
 }
 
 impl Section {
@@ -133,6 +139,7 @@ impl Section {
             Section::Propagation => "propagation",
             Section::Soak => "soak",
             Section::Steady => "steady",
+            Section::Restart => "restart",
         }
     }
 }
@@ -182,6 +189,15 @@ struct SuiteArgs {
     /// The steady-state section's measured window, seconds [default: 600; 10 with --quick].
     #[arg(long)]
     steady_seconds: Option<f64>,
+    /// The restart section's k8s-limits scale [default: 1; the small preset with --quick].
+    #[arg(long)]
+    restart_scale: Option<f64>,
+    /// The restart section's informers [default: 10,000; 100 with --quick].
+    #[arg(long)]
+    restart_watchers: Option<usize>,
+    /// The restart section's baseline before the kill, seconds [default: 10; 3 with --quick].
+    #[arg(long)]
+    restart_baseline_seconds: Option<f64>,
 }
 
 fn sh(cmd: &str, args: &[&str]) -> Option<String> {
@@ -422,6 +438,30 @@ async fn suite(args: SuiteArgs) -> anyhow::Result<()> {
                     sync_timeout: Duration::from_secs(if q { 60 } else { 900 }),
                 };
                 steady::run(&env, &plan).await
+            }
+            Section::Restart => {
+                let plan = restart::Plan {
+                    spec: ClusterSpec {
+                        preset: if q { "small" } else { "k8s-limits" },
+                        scale: args.restart_scale.unwrap_or(1.0),
+                        seed: 11,
+                        churn: 20.0,
+                    },
+                    watchers: args
+                        .restart_watchers
+                        .unwrap_or(if q { 100 } else { 10_000 }),
+                    poll_interval: if q { 2.0 } else { 15.0 },
+                    shards: 10,
+                    gzip_consumers: 2,
+                    baseline: args
+                        .restart_baseline_seconds
+                        .unwrap_or(if q { 3.0 } else { 10.0 }),
+                    attach_timeout: Duration::from_secs(if q { 60 } else { 900 }),
+                    storm_timeout: Duration::from_secs(if q { 60 } else { 600 }),
+                    sync_timeout: Duration::from_secs(if q { 60 } else { 900 }),
+                    sample_every: Duration::from_millis(500),
+                };
+                restart::run(&env, &plan).await
             }
         };
         let mut meta = meta_base;

@@ -10,8 +10,9 @@ use serde_json::Value;
 pub const BEGIN: &str = "<!-- herald-bench suite: begin (written by bench/run; edits between these markers are overwritten) -->";
 pub const END: &str = "<!-- herald-bench suite: end -->";
 
-/// The sections, in order: (key, title). The soak runs only when named (`--only soak`).
-pub const SECTIONS: [(&str, &str); 6] = [
+/// The sections, in order: (key, title). The soak, the steady state and the restart run only when
+/// named (`--only soak`).
+pub const SECTIONS: [(&str, &str); 7] = [
     ("discovery", "1. Discovery cost versus a real peer"),
     (
         "control",
@@ -21,6 +22,7 @@ pub const SECTIONS: [(&str, &str); 6] = [
     ("propagation", "4. Propagation"),
     ("soak", "5. Fault soak"),
     ("steady", "6. Steady state beside vmagent"),
+    ("restart", "7. A restart in the steady state"),
 ];
 
 fn n(v: &Value) -> Option<f64> {
@@ -69,6 +71,12 @@ pub fn markdown(doc: &Value) -> String {
             );
             continue;
         }
+        if s.is_null() && key == "restart" {
+            o.push_str(
+                "Runs only when named: `bench/run --only restart` (10,000 informers; `--restart-watchers N`, `--restart-scale S`).\n",
+            );
+            continue;
+        }
         if s.is_null() {
             o.push_str("Not run yet.\n");
             continue;
@@ -100,6 +108,7 @@ pub fn markdown(doc: &Value) -> String {
             "serving" => serving(&mut o, d),
             "soak" => soak(&mut o, d),
             "steady" => steady(&mut o, d),
+            "restart" => restart(&mut o, d),
             _ => propagation(&mut o, d),
         }
     }
@@ -203,6 +212,158 @@ fn steady(o: &mut String, d: &Value) {
         fmt(n(&m["body_builds"]), 0), fmt(n(&m["body_evictions"]), 0),
         fmt(n(&m["blocks_compressed"]), 0), fmt(n(&m["blocks_taken"]), 0),
         w["attached"], w["events"], w["refused_429"],
+    ));
+}
+
+fn yes_no(v: &Value) -> &'static str {
+    match v.as_bool() {
+        Some(true) => "**yes**",
+        Some(false) => "**no**",
+        None => "–",
+    }
+}
+
+fn restart(o: &mut String, d: &Value) {
+    let (b, s, g) = (&d["before"], &d["storm"], &d["goal"]);
+    o.push_str(&format!(
+        "kube-sim {}; herald (jobs `pod`, `endpointslice`, Kubernetes API face on, default admission: \
+         200 new lists and watches a second, burst 1,000), {} consumers polling their shard of both jobs \
+         every {} s and {} with gzip, and {} kubelet-shaped informers through herald's Kubernetes API: each \
+         LISTs then WATCHes the pods of one node (`fieldSelector=spec.nodeName=…`, round-robin over the \
+         {} nodes) with client-go's reflector backoff (800 ms doubling to 30 s, +0–100 % jitter) and its \
+         REST client's Retry-After retries (10 per request). One marker pod per node is rewritten \
+         whenever one of that node's informers has a watch open that has delivered nothing yet (at most \
+         once a second per node). Once every informer was receiving ({} of {} after {} s) and after a \
+         {} s baseline, herald was killed (SIGKILL) and started again at once with the same arguments \
+         and ports (load average at the kill: {}).\n\n\
+         **Resynced** (per informer): after the kill, a 200 WATCH from a resourceVersion it got after the \
+         kill (a 200 LIST, or a watch resumed without one) and the first event or bookmark on that \
+         watch; its time is that event's arrival, counted from the kill.\n\n",
+        d["cluster"].as_str().unwrap_or("?"),
+        d["shards"],
+        d["poll_interval_seconds"],
+        d["gzip_consumers"],
+        fmt(n(&d["watchers"]), 0),
+        fmt(n(&d["nodes"]), 0),
+        fmt(n(&b["receiving_at_kill"]), 0),
+        fmt(n(&d["watchers"]), 0),
+        fmt(n(&b["attach_seconds"]), 1),
+        d["baseline_seconds"],
+        d["loadavg_at_kill"].as_str().unwrap_or("?"),
+    ));
+    let (r, w, i) = (&s["resync"], &s["watching"], &s["informers"]);
+    o.push_str("| after the kill | s |\n|---|---:|\n");
+    for (what, v) in [
+        ("herald listening again", &s["listening_seconds"]),
+        ("herald ready (`/readyz`)", &s["ready_seconds"]),
+        ("informers watching again: p50", &w["p50_s"]),
+        ("informers watching again: p99", &w["p99_s"]),
+        ("informers watching again: max", &w["max_s"]),
+        ("informers resynced: p50", &r["p50_s"]),
+        ("informers resynced: p99", &r["p99_s"]),
+        ("**informers resynced: max (all)**", &r["max_s"]),
+    ] {
+        o.push_str(&format!("| {what} | {} |\n", fmt(n(v), 1)));
+    }
+    let (hb, hs) = (&b["herald"], &s["herald"]);
+    o.push_str(&format!(
+        "\nResynced {} of {} informers ({} after a relist); {} gave up. Through the storm ({} s followed): \
+         informers refused with 429 {} times (herald's `herald_kube_admission_refused_total` since the \
+         restart: {}), {} LISTs ({} answered with resourceVersion 0), {} watches ended by 410 Expired, \
+         {} ended by the server; other statuses {}; consumers {} requests, {} failed; {} marker writes.\n\n",
+        fmt(n(&s["resynced"]), 0),
+        fmt(n(&d["watchers"]), 0),
+        fmt(n(&s["relisted"]), 0),
+        s["gave_up"],
+        fmt(n(&s["seconds_followed"]), 1),
+        fmt(n(&i["refused_429"]), 0),
+        fmt(n(&s["metrics"]["kube_admission_refused"]), 0),
+        fmt(n(&i["lists"]), 0),
+        fmt(n(&i["lists_at_rv0"]), 0),
+        fmt(n(&i["expired_410"]), 0),
+        fmt(n(&i["server_ended"]), 0),
+        s["informer_other_status"],
+        fmt(n(&s["consumers"]["requests"]), 0),
+        fmt(n(&s["consumers"]["failed"]), 0),
+        fmt(n(&s["marker_writes"]), 0),
+    ));
+    o.push_str(
+        "| herald | baseline before the kill | storm (restarted process) |\n|---|---:|---:|\n",
+    );
+    let row = |o: &mut String, what: &str, a: Option<f64>, c: Option<f64>, dec: usize| {
+        o.push_str(&format!("| {what} | {} | {} |\n", fmt(a, dec), fmt(c, dec)));
+    };
+    row(
+        o,
+        "peak RSS sampled, MiB",
+        n(&hb["peak_rss_mib"]),
+        n(&hs["peak_rss_mib"]),
+        0,
+    );
+    row(
+        o,
+        "peak RSS (VmHWM), MiB",
+        n(&b["peak_rss_hwm_mib"]),
+        n(&s["peak_rss_hwm_mib"]),
+        0,
+    );
+    row(
+        o,
+        "mean CPU, cores",
+        n(&hb["mean_cores"]),
+        n(&hs["mean_cores"]),
+        2,
+    );
+    row(
+        o,
+        "CPU seconds (window; storm: since start)",
+        n(&hb["cpu_seconds"]),
+        n(&s["herald_cpu_seconds_since_start"]),
+        1,
+    );
+    row(
+        o,
+        "body bytes held, MB (storm: sampled peak)",
+        n(&b["metrics"]["body_bytes_held"]).map(|x| x / 1e6),
+        n(&s["body_bytes_held_peak_sampled"]).map(|x| x / 1e6),
+        1,
+    );
+    row(
+        o,
+        "body budget, MB",
+        n(&b["metrics"]["body_budget_bytes"]).map(|x| x / 1e6),
+        n(&s["metrics"]["body_budget_bytes"]).map(|x| x / 1e6),
+        1,
+    );
+    o.push_str("\nkube-sim saw, from the kill to the end of the storm (every LIST and WATCH there is herald's; a \
+         streaming list, a WATCH with sendInitialEvents, counts as a WATCH, and herald resumes a watch \
+         after its timeoutSeconds of 5–10 minutes), beside the restarted herald's own count of full \
+         syncs (`herald_upstream_relists_total`, the initial list included):\n\n\
+         | resource | LISTs | WATCHes | herald's full syncs |\n|---|---:|---:|---:|\n");
+    if let Some(rs) = s["upstream"]["by_resource"].as_object() {
+        for (res, c) in rs {
+            o.push_str(&format!(
+                "| {res} | {} | {} | {} |\n",
+                fmt(n(&c["lists"]), 0),
+                fmt(n(&c["watches"]), 0),
+                fmt(n(&s["herald_upstream_relists"][res]), 0),
+            ));
+        }
+    }
+    o.push_str(&format!(
+        "\nGoal (issue 22): every informer resynced within {} s: {}; none gave up: {}; each kind listed \
+         once upstream (one full sync per kind, at most one LIST): {}; body bytes held within the body budget ({} MB held at most, budget {} MB): {}; \
+         peak RSS within the body budget ({} MiB): {} — the budget bounds the encoded bodies herald \
+         holds, not its whole RSS (the cache of every object, the indexes and the watchers are outside it).\n",
+        g["seconds"],
+        yes_no(&g["all_resynced_within"]),
+        yes_no(&g["none_gave_up"]),
+        yes_no(&g["one_list_per_kind"]),
+        fmt(n(&g["body_bytes_held_max"]).map(|x| x / 1e6), 1),
+        fmt(n(&g["budget_bytes"]).map(|x| x / 1e6), 1),
+        yes_no(&g["body_bytes_held_within_budget"]),
+        fmt(n(&g["peak_rss_mib"]), 0),
+        yes_no(&g["peak_rss_within_budget"]),
     ));
 }
 

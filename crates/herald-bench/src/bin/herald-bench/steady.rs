@@ -6,18 +6,17 @@
 //! client reading and discarding the same lists from kube-sim), and how stale the bodies consumers get
 //! are (a marker pod write → the first body holding it).
 
-use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::Ordering::Relaxed;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
 use herald_bench::hist::Hist;
-use herald_bench::procs::Proc;
 use herald_bench::watchers::{Meter, Target, now_ns, watcher};
 use serde_json::{Value, json};
 
 use crate::cluster::{ClusterSpec, Env, SETUP_UA, WRITER_UA, herald_jobs, vmagent_kubernetes_sd};
+use crate::load::{Samples, Seen, herald_metrics, marker_ip, marker_pod, spawn_consumers};
 
 #[derive(Debug, Clone)]
 pub struct Plan {
@@ -37,64 +36,15 @@ pub struct Plan {
     pub sync_timeout: Duration,
 }
 
-/// The pod label the markers carry their send time in, as herald writes it in a body.
-const MARKER_LABEL: &[u8] = b"\"__meta_kubernetes_pod_label_t\":\"";
-
+/// Marker `i` of the steady state, sent at `t`.
 fn marker(i: usize, t: u64) -> Value {
-    json!({
-        "apiVersion": "v1", "kind": "Pod",
-        "metadata": {"namespace": "default", "name": format!("steady-{i}"),
-                     "labels": {"app": "steady", "t": t.to_string()}},
-        "spec": {"nodeName": "node-0", "containers": [
-            {"name": "main", "image": "x", "ports": [{"name": "metrics", "containerPort": 9100}]}]},
-        "status": {"phase": "Running", "podIP": format!("127.31.{}.{}", i / 250, 1 + i % 250),
-                   "conditions": [{"type": "Ready", "status": "True"}]}
-    })
-}
-
-/// Every marker send time in `body` (values of `MARKER_LABEL`), found without parsing the body.
-fn marker_times(body: &[u8]) -> Vec<u64> {
-    memchr::memmem::find_iter(body, MARKER_LABEL)
-        .filter_map(|at| {
-            let rest = &body[at + MARKER_LABEL.len()..];
-            let end = rest.iter().position(|b| *b == b'"')?;
-            std::str::from_utf8(&rest[..end]).ok()?.parse().ok()
-        })
-        .collect()
-}
-
-/// RSS and CPU of a process, sampled once a second.
-#[derive(Debug, Default)]
-struct Samples {
-    rss: Vec<f64>,
-    first_cpu: Option<(Instant, f64)>,
-    last_cpu: Option<(Instant, f64)>,
-}
-
-impl Samples {
-    fn take(&mut self, p: &Proc) {
-        let (rss, cpu, now) = (p.rss(), p.cpu(), Instant::now());
-        if rss.is_finite() {
-            self.rss.push(rss / 1048576.0);
-        }
-        if cpu.is_finite() {
-            self.first_cpu.get_or_insert((now, cpu));
-            self.last_cpu = Some((now, cpu));
-        }
-    }
-
-    fn json(&self) -> Value {
-        let peak = self.rss.iter().copied().fold(f64::NAN, f64::max);
-        let mean = self.rss.iter().sum::<f64>() / self.rss.len().max(1) as f64;
-        let cores = match (self.first_cpu, self.last_cpu) {
-            (Some((t0, c0)), Some((t1, c1))) if t1 > t0 => {
-                Some((c1 - c0) / (t1 - t0).as_secs_f64())
-            }
-            _ => None,
-        };
-        json!({"peak_rss_mib": peak, "mean_rss_mib": mean, "mean_cores": cores,
-               "samples": self.rss.len()})
-    }
+    marker_pod(
+        &format!("steady-{i}"),
+        "steady",
+        "node-0",
+        &marker_ip(31, i),
+        t,
+    )
 }
 
 /// The yardstick: the lists herald's jobs need (pods, EndpointSlices, Services), read at once from
@@ -127,80 +77,6 @@ async fn read_lists(env: &Env, sim: &str) -> anyhow::Result<Value> {
         bytes += t.await??;
     }
     Ok(json!({"seconds": t.elapsed().as_secs_f64(), "bytes": bytes}))
-}
-
-/// What the consumers saw.
-#[derive(Default)]
-struct Seen {
-    requests: AtomicU64,
-    failed: AtomicU64,
-    identity_bytes: AtomicU64,
-    gzip_bytes: AtomicU64,
-    latency: Mutex<Hist>,
-    /// Marker send time → when a body first held it (ns since the epoch).
-    first_seen: Mutex<HashMap<u64, u64>>,
-}
-
-/// One Prometheus-like consumer: shard `shard` of `shards`, both jobs, every `interval` after
-/// `offset`.
-struct Consumer {
-    url: String,
-    shard: u64,
-    shards: u64,
-    gzip: bool,
-    interval: Duration,
-    offset: Duration,
-}
-
-async fn consumer(env: Env, c: Consumer, seen: Arc<Seen>) {
-    let Consumer {
-        url,
-        shard,
-        shards,
-        gzip,
-        interval,
-        offset,
-    } = c;
-    tokio::time::sleep(offset).await;
-    let mut tick = tokio::time::interval(interval);
-    loop {
-        tick.tick().await;
-        for job in ["pod", "endpointslice"] {
-            let t = Instant::now();
-            let mut req = env
-                .http
-                .get(format!("{url}/sd/v1/{job}?shard={shard}&shards={shards}"))
-                .header("user-agent", "Prometheus/steady-bench");
-            if gzip {
-                req = req.header("accept-encoding", "gzip");
-            }
-            let body = match req.send().await.and_then(|r| r.error_for_status()) {
-                Ok(r) => r.bytes().await,
-                Err(e) => Err(e),
-            };
-            seen.requests.fetch_add(1, Relaxed);
-            let Ok(body) = body else {
-                seen.failed.fetch_add(1, Relaxed);
-                continue;
-            };
-            seen.latency
-                .lock()
-                .expect("no panics under lock")
-                .record(t.elapsed().as_micros() as u64);
-            if gzip {
-                seen.gzip_bytes.fetch_add(body.len() as u64, Relaxed);
-                continue;
-            }
-            seen.identity_bytes.fetch_add(body.len() as u64, Relaxed);
-            if job == "pod" {
-                let now = now_ns();
-                let mut first = seen.first_seen.lock().expect("no panics under lock");
-                for m in marker_times(&body) {
-                    first.entry(m).or_insert(now);
-                }
-            }
-        }
-    }
 }
 
 async fn wait_vmagent(env: &Env, url: &str, want: f64, within: Duration) -> anyhow::Result<()> {
@@ -303,21 +179,14 @@ pub async fn run(env: &Env, plan: &Plan) -> anyhow::Result<Value> {
     // Consumers, spread over the interval as independent Prometheus servers would be.
     let seen = Arc::new(Seen::default());
     let interval = Duration::from_secs_f64(plan.poll_interval);
-    let total = plan.shards + plan.gzip_consumers;
-    for c in 0..total {
-        let gzip = c >= plan.shards;
-        let shard = if gzip { c - plan.shards } else { c } % plan.shards;
-        let offset = interval.mul_f64(c as f64 / total as f64);
-        let c = Consumer {
-            url: hurl.clone(),
-            shard,
-            shards: plan.shards,
-            gzip,
-            interval,
-            offset,
-        };
-        tasks.push(tokio::spawn(consumer(env.clone(), c, seen.clone())));
-    }
+    tasks.extend(spawn_consumers(
+        env,
+        &hurl,
+        plan.shards,
+        plan.gzip_consumers,
+        interval,
+        &seen,
+    ));
     // Markers: one write per interval, round-robin; each write's send time is its `t`.
     let writes: Arc<Mutex<Vec<u64>>> = Arc::default();
     {
@@ -368,20 +237,8 @@ pub async fn run(env: &Env, plan: &Plan) -> anyhow::Result<Value> {
         vs.take(p);
     }
     let window_end_ns = now_ns();
-    let metrics = {
-        let text = env.get_text(&format!("{hurl}/metrics")).await?;
-        let m = |name: &str| herald_bench::metric_sum(&text, name);
-        json!({
-            "body_bytes_held": m("herald_sd_body_bytes_held"),
-            "body_bytes_held_peak_sampled": held_peak,
-            "body_budget_bytes": m("herald_sd_body_budget_bytes"),
-            "body_builds": m("herald_sd_body_builds_total"),
-            "body_evictions": m("herald_sd_body_evictions_total"),
-            "blocks_compressed": m("herald_sd_body_blocks_compressed_total"),
-            "blocks_taken": m("herald_sd_body_blocks_taken_total"),
-            "kube_admission_refused": m("herald_kube_admission_refused_total"),
-        })
-    };
+    let mut metrics = herald_metrics(env, &hurl).await?;
+    metrics["body_bytes_held_peak_sampled"] = json!(held_peak);
     for t in &tasks {
         t.abort();
     }
@@ -459,16 +316,4 @@ pub async fn run(env: &Env, plan: &Plan) -> anyhow::Result<Value> {
             "server_ended": meter.server_ended.load(Relaxed),
         },
     }))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn marker_times_are_read_from_a_body_without_parsing_it() {
-        let body = br#"[{"labels":{"__meta_kubernetes_pod_label_t":"123","x":"y"},"targets":["a"]},{"labels":{"__meta_kubernetes_pod_label_t":"45"},"targets":["b"]},{"labels":{"__meta_kubernetes_pod_label_tt":"9"},"targets":["c"]}]"#;
-        assert_eq!(marker_times(body), [123, 45]);
-        assert!(marker_times(b"[]").is_empty());
-    }
 }
