@@ -147,6 +147,7 @@ impl Backend for Shared {
         at: ListAt,
         after: Option<&Key>,
         limit: Option<usize>,
+        indexed: Option<&str>,
         filter: &dyn Fn(&Entry) -> bool,
     ) -> Result<Page, StoreError> {
         // NB: the version is read before the lock: a change landing in between is in the page and
@@ -154,7 +155,7 @@ impl Backend for Shared {
         let current = self.cache.resource_version(r);
         self.cache
             .read(r)
-            .list(current, ns, at, after, limit, filter)
+            .list(current, ns, at, after, limit, indexed, filter)
     }
     fn events_after(
         &self,
@@ -165,8 +166,22 @@ impl Backend for Shared {
         let current = self.cache.resource_version(r);
         Ok((self.cache.read(r).events_after_at_most(rv, max)?, current))
     }
-    fn admit(&self, verb: &str, _resource: &str) -> Result<(), ApiError> {
+    fn admit(&self, verb: &str, r: ResId) -> Result<(), ApiError> {
         let api = face(self);
+        // NB: before the resource's first sync (herald just started, or restarted under thousands
+        // of informers) a list would be empty and a watch would wait for versions herald does not
+        // have yet: refuse at once, as the apiserver does while its watch cache initializes, and
+        // without spending an admission token, so the storm that follows the sync is not refused
+        // for the retries made before it.
+        if !self.cache.get(r).status.synced.load(Ordering::Acquire) {
+            api.metrics
+                .kube_admission_refused
+                .get_or_create(&VerbLabels { verb: verb.into() })
+                .inc();
+            let mut e = ApiError::new(429, "TooManyRequests", "storage is (re)initializing");
+            e.retry_after = Some(1);
+            return Err(e);
+        }
         api.take().map_err(|wait| {
             api.metrics
                 .kube_admission_refused

@@ -335,10 +335,26 @@ fn load_tls(security: &Security) -> Result<Option<Arc<crate::tls::Reloading>>, S
         .map(Arc::new))
 }
 
+/// Connections the kernel queues for each listener before herald accepts them (capped by
+/// `net.core.somaxconn`). Tokio's `TcpListener::bind` asks for 128, as Rust's std does; after a
+/// restart thousands of informers reconnect at once, overflow 128 (`TcpExtListenOverflows`), and the
+/// connections the kernel dropped hang on the client side until its timeout. Go's apiserver listens
+/// with `somaxconn`; herald asks for as much.
+const LISTEN_BACKLOG: u32 = 4096;
+
 async fn bind(addr: SocketAddr) -> Result<TcpListener, ServeError> {
-    TcpListener::bind(addr)
-        .await
-        .map_err(|source| ServeError::Listen { addr, source })
+    let listen = || -> std::io::Result<TcpListener> {
+        let socket = if addr.is_ipv4() {
+            tokio::net::TcpSocket::new_v4()?
+        } else {
+            tokio::net::TcpSocket::new_v6()?
+        };
+        // As TcpListener::bind does: rebinding the port at once after a restart.
+        socket.set_reuseaddr(true)?;
+        socket.bind(addr)?;
+        socket.listen(LISTEN_BACKLOG)
+    };
+    listen().map_err(|source| ServeError::Listen { addr, source })
 }
 
 fn local_addr(l: &TcpListener, addr: SocketAddr) -> Result<SocketAddr, ServeError> {

@@ -31,7 +31,15 @@ async fn first_watch_line(url: &str, rv: &str) -> String {
         .await
         .expect("watch request");
     if !resp.status().is_success() {
-        return format!("status {}", resp.status());
+        let status = resp.status();
+        let retry_after = resp
+            .headers()
+            .get("retry-after")
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("")
+            .to_string();
+        let body = resp.text().await.unwrap_or_default();
+        return format!("status {status} retry-after {retry_after} {body}");
     }
     let mut body = resp.bytes_stream();
     let mut buf = Vec::new();
@@ -114,9 +122,14 @@ async fn a_watch_from_before_a_restart_gets_410_from_the_restarted_herald() {
     };
     let herald = start(sim.url()).await;
     let line = early.await.expect("the early watch");
+    // Before its first sync herald refuses as the apiserver does while its watch cache initializes;
+    // once synced, the version is older than anything it holds: 410.
+    let initializing =
+        line.starts_with("status 429") && line.contains("storage is (re)initializing");
     assert!(
-        line.contains("\"type\":\"ERROR\"") && line.contains("\"code\":410"),
-        "a watch from {seen} sent while the restarted herald synced was not told 410 Expired: {line:?}"
+        initializing || (line.contains("\"type\":\"ERROR\"") && line.contains("\"code\":410")),
+        "a watch from {seen} sent while the restarted herald synced was neither refused as \
+         initializing nor told 410 Expired: {line:?}"
     );
     let line = first_watch_line(&url, &seen).await;
     assert!(
@@ -312,4 +325,84 @@ fn versioned(p: &serde_json::Value) -> (String, String) {
         ),
         m["resourceVersion"].as_str().unwrap_or("").to_string(),
     )
+}
+
+/// Until a resource's first sync, lists and watches of it get what the apiserver answers while its
+/// watch cache initializes: 429 `storage is (re)initializing` with Retry-After 1 — never an empty
+/// list, never a watch waiting for versions herald does not have — and they spend no admission.
+#[tokio::test]
+async fn before_its_first_sync_herald_refuses_as_an_initializing_apiserver() {
+    let sim = Sim::start(SimConfig {
+        spec: support::loopback_cluster(),
+        seed: 5,
+        ..SimConfig::default()
+    })
+    .await
+    .expect("kube-sim");
+    sim.handle()
+        .fault(kube_sim::Fault::Errors {
+            code: 500,
+            fraction: 1.0,
+            retry_after_seconds: 1,
+        })
+        .expect("fault");
+    let mut api = support::kube_options(&[]);
+    // One admission in all: were the refusals before the sync to spend any, the list after it
+    // would be refused too.
+    api.admission_burst = 1;
+    api.admission_rate = 0.001;
+    let opts = herald_server::ServeOptions {
+        kube: Some(herald_server::KubeServeOptions {
+            listen: "127.0.0.1:0".parse().expect("addr"),
+            api,
+            custom: vec![],
+            token_file: None,
+            insecure: false,
+            tls: None,
+        }),
+        ..herald_server::ServeOptions::default()
+    };
+    let herald = herald_server::Herald::start(
+        vec![],
+        kube::Config::new(sim.url().parse().expect("url")),
+        opts,
+    )
+    .await
+    .expect("herald starts");
+    let url = herald.kube_url().expect("face on");
+    let http = reqwest::Client::new();
+    for path in ["/api/v1/pods", "/api/v1/namespaces/default/pods?limit=5"] {
+        let resp = http.get(format!("{url}{path}")).send().await.expect("list");
+        assert_eq!(resp.status(), 429, "{path}");
+        assert_eq!(resp.headers()["retry-after"], "1", "{path}");
+        let status: serde_json::Value = resp.json().await.expect("a Status");
+        assert_eq!(status["reason"], "TooManyRequests", "{path}");
+        assert_eq!(status["message"], "storage is (re)initializing", "{path}");
+        assert_eq!(status["details"]["retryAfterSeconds"], 1, "{path}");
+    }
+    let line = first_watch_line(&url, "0").await;
+    assert!(
+        line.starts_with("status 429") && line.contains("storage is (re)initializing"),
+        "{line}"
+    );
+    sim.handle().fault(kube_sim::Fault::Clear).expect("clear");
+    tokio::time::timeout(Duration::from_secs(30), herald.ready())
+        .await
+        .expect("herald syncs once the upstream answers");
+    let resp = http
+        .get(format!("{url}/api/v1/pods"))
+        .send()
+        .await
+        .expect("list");
+    assert_eq!(
+        resp.status(),
+        200,
+        "the one admission was spent before the sync"
+    );
+    let list: serde_json::Value = resp.json().await.expect("a list");
+    assert_eq!(
+        list["items"].as_array().map(Vec::len),
+        Some(sim.handle().objects_json(Kind::Pod).len())
+    );
+    herald.stop().await;
 }

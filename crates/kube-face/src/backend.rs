@@ -80,6 +80,7 @@ pub trait Backend: Send + Sync + 'static {
         at: ListAt,
         after: Option<&Key>,
         limit: Option<usize>,
+        indexed: Option<&str>,
         filter: &dyn Fn(&Entry) -> bool,
     ) -> Result<Page, StoreError>;
     /// At most `max` events after `rv`, and the RV they are complete up to (when fewer than `max`
@@ -100,8 +101,8 @@ pub trait Backend: Send + Sync + 'static {
         )))
     }
 
-    /// Admission of a new list or watch; an error (429 with Retry-After) refuses it.
-    fn admit(&self, _verb: &str, _resource: &str) -> Result<(), ApiError> {
+    /// Admission of a new list or watch of resource `r`; an error (429 with Retry-After) refuses it.
+    fn admit(&self, _verb: &str, _r: ResId) -> Result<(), ApiError> {
         Ok(())
     }
     /// A request finished (watches: when started), answered in `content_type`.

@@ -87,7 +87,7 @@ pub async fn handle<B: Backend>(
         kind: resource.kind.clone(),
     };
     if matches!(verb.as_str(), "LIST" | "WATCH")
-        && let Err(e) = backend.admit(&verb, plural)
+        && let Err(e) = backend.admit(&verb, target.resource)
     {
         backend.request_done(&verb, plural, e.code, &ua, 0, format.content_type());
         return out.error(e);
@@ -384,7 +384,15 @@ async fn list<B: Backend>(backend: &B, target: &Target, q: &Query, fmt: &Out) ->
         return Err(too_large(n, backend.resource_version(r)));
     }
     let page = backend
-        .list(r, target.namespace.as_deref(), at, after.as_ref(), q.limit, &|e| selected(q, e))
+        .list(
+            r,
+            target.namespace.as_deref(),
+            at,
+            after.as_ref(),
+            q.limit,
+            crate::log::indexed_value(&q.field),
+            &|e| selected(q, e),
+        )
         .map_err(|e| match (e, &q.continue_token) {
             (StoreError::Expired { .. }, Some(_)) => ApiError::expired(
                 "The provided continue parameter is too old to display a consistent list result. You can start a new list without the continue parameter, or use the continue token in this response to retrieve the remainder of the results. Continuing with the provided token results in an inconsistent list - objects that were created, modified, or deleted between the time the first chunk was returned and now may show up in the list.",

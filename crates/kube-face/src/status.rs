@@ -39,7 +39,7 @@ impl ApiError {
     }
     /// The Status object as JSON (also used inside watch ERROR events).
     pub fn status_json(&self) -> serde_json::Value {
-        json!({
+        let mut status = json!({
             "kind": "Status",
             "apiVersion": "v1",
             "metadata": {},
@@ -47,7 +47,12 @@ impl ApiError {
             "message": self.message,
             "reason": self.reason,
             "code": self.code,
-        })
+        });
+        // As apimachinery's NewTooManyRequests: the wait is in the body as well as the header.
+        if let Some(s) = self.retry_after {
+            status["details"] = json!({ "retryAfterSeconds": s });
+        }
+        status
     }
 }
 

@@ -337,6 +337,7 @@ impl<B: Backend> Watch<B> {
                         ListAt::Latest,
                         None,
                         None,
+                        crate::log::indexed_value(&self.q.field),
                         &|e| selected(&self.q, e),
                     )
                     .map_err(|_| End::Closed)?;

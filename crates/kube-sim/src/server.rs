@@ -72,10 +72,11 @@ impl Backend for Shared {
         at: ListAt,
         after: Option<&Key>,
         limit: Option<usize>,
+        indexed: Option<&str>,
         filter: &dyn Fn(&Entry) -> bool,
     ) -> Result<Page, StoreError> {
         self.store
-            .list(Kind::from_id(r), ns, at, after, limit, filter)
+            .list(Kind::from_id(r), ns, at, after, limit, indexed, filter)
     }
     fn events_after(
         &self,

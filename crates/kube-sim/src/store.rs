@@ -420,7 +420,9 @@ impl Store {
     }
 
     /// One page of a list. `ns`: a namespace, or all. `after`: the last key of the previous page.
-    /// `filter` decides membership; `limit` counts matching items.
+    /// `indexed`: a required `spec.nodeName` (kube_face::log::indexed_value). `filter` decides
+    /// membership; `limit` counts matching items.
+    #[allow(clippy::too_many_arguments)]
     pub fn list(
         &self,
         kind: Kind,
@@ -428,10 +430,11 @@ impl Store {
         at: ListAt,
         after: Option<&Key>,
         limit: Option<usize>,
+        indexed: Option<&str>,
         filter: &dyn Fn(&Entry) -> bool,
     ) -> Result<Page, StoreError> {
         let inner = self.read();
-        inner.kinds[&kind].list(inner.rv, ns, at, after, limit, filter)
+        inner.kinds[&kind].list(inner.rv, ns, at, after, limit, indexed, filter)
     }
 }
 

@@ -132,13 +132,29 @@ fn an_exact_list_rewinds_to_the_state_at_that_version() {
         .expect("create");
     let all = |_: &Entry| true;
     let past = s
-        .list(Kind::ConfigMap, None, ListAt::Exact(then), None, None, &all)
+        .list(
+            Kind::ConfigMap,
+            None,
+            ListAt::Exact(then),
+            None,
+            None,
+            None,
+            &all,
+        )
         .expect("in window");
     assert_eq!(names(&past), ["a/x", "b/y"]);
     assert_eq!(past.rv, then);
     assert_eq!(past.items[0].labels["app"], "old");
     let now = s
-        .list(Kind::ConfigMap, None, ListAt::Latest, None, None, &all)
+        .list(
+            Kind::ConfigMap,
+            None,
+            ListAt::Latest,
+            None,
+            None,
+            None,
+            &all,
+        )
         .expect("latest");
     assert_eq!(names(&now), ["a/x", "a/z"]);
     assert!(matches!(
@@ -146,6 +162,7 @@ fn an_exact_list_rewinds_to_the_state_at_that_version() {
             Kind::ConfigMap,
             None,
             ListAt::NotOlderThan(now.rv + 5),
+            None,
             None,
             None,
             &all
@@ -166,7 +183,15 @@ fn pages_continue_from_the_last_key_and_count_what_remains() {
     }
     let all = |_: &Entry| true;
     let p1 = s
-        .list(Kind::ConfigMap, None, ListAt::Latest, None, Some(2), &all)
+        .list(
+            Kind::ConfigMap,
+            None,
+            ListAt::Latest,
+            None,
+            Some(2),
+            None,
+            &all,
+        )
         .expect("page 1");
     assert_eq!(names(&p1), ["a/a", "a/c"]);
     assert_eq!(p1.remaining, 3);
@@ -180,6 +205,7 @@ fn pages_continue_from_the_last_key_and_count_what_remains() {
             ListAt::Exact(p1.rv),
             p1.next.as_ref(),
             Some(2),
+            None,
             &all,
         )
         .expect("page 2");
@@ -191,13 +217,22 @@ fn pages_continue_from_the_last_key_and_count_what_remains() {
             ListAt::Exact(p1.rv),
             p2.next.as_ref(),
             Some(2),
+            None,
             &all,
         )
         .expect("page 3");
     assert_eq!(names(&p3), ["b/d"]);
     assert!(p3.next.is_none());
     let in_b = s
-        .list(Kind::ConfigMap, Some("b"), ListAt::Latest, None, None, &all)
+        .list(
+            Kind::ConfigMap,
+            Some("b"),
+            ListAt::Latest,
+            None,
+            None,
+            None,
+            &all,
+        )
         .expect("ns");
     assert_eq!(names(&in_b), ["b/b", "b/d"]);
 }

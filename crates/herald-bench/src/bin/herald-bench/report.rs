@@ -227,7 +227,7 @@ fn restart(o: &mut String, d: &Value) {
     let (b, s, g) = (&d["before"], &d["storm"], &d["goal"]);
     o.push_str(&format!(
         "kube-sim {}; herald (jobs `pod`, `endpointslice`, Kubernetes API face on, default admission: \
-         200 new lists and watches a second, burst 1,000), {} consumers polling their shard of both jobs \
+         {} new lists and watches a second, burst {}), {} consumers polling their shard of both jobs \
          every {} s and {} with gzip, and {} kubelet-shaped informers through herald's Kubernetes API: each \
          LISTs then WATCHes the pods of one node (`fieldSelector=spec.nodeName=…`, round-robin over the \
          {} nodes) with client-go's reflector backoff (800 ms doubling to 30 s, +0–100 % jitter) and its \
@@ -240,6 +240,9 @@ fn restart(o: &mut String, d: &Value) {
          kill (a 200 LIST, or a watch resumed without one) and the first event or bookmark on that \
          watch; its time is that event's arrival, counted from the kill.\n\n",
         d["cluster"].as_str().unwrap_or("?"),
+        // Runs before the admission was recorded had herald's defaults of then.
+        fmt(d["admission"]["rate"].as_f64().or(Some(200.0)), 0),
+        fmt(d["admission"]["burst"].as_f64().or(Some(1000.0)), 0),
         d["shards"],
         d["poll_interval_seconds"],
         d["gzip_consumers"],

@@ -493,8 +493,11 @@ pub async fn run(env: &Env, plan: &Plan) -> anyhow::Result<Value> {
                 relists[kind].as_f64() == Some(1.0) && c["lists"].as_f64().is_some_and(|l| l <= 1.0)
             })
     });
+    // herald runs with its default admission (the bench sets none).
+    let admission = herald_server::state::KubeApiOptions::default();
     Ok(json!({
         "cluster": plan.spec.describe(),
+        "admission": {"rate": admission.admission_rate, "burst": admission.admission_burst},
         "nodes": nodes.len(),
         "watchers": plan.watchers,
         "shards": plan.shards,
