@@ -70,24 +70,10 @@ async fn a_watch_from_before_a_restart_gets_410_from_the_restarted_herald() {
     let start = |sim_url: String| async move {
         let mut api = support::kube_options(&[]);
         api.history_window = 1000;
-        let opts = herald_server::ServeOptions {
-            kube: Some(herald_server::KubeServeOptions {
-                listen: format!("127.0.0.1:{port}").parse().expect("addr"),
-                api,
-                custom: vec![],
-                token_file: None,
-                insecure: false,
-                tls: None,
-            }),
-            ..herald_server::ServeOptions::default()
-        };
-        let herald = herald_server::Herald::start(
-            vec![],
-            kube::Config::new(sim_url.parse().expect("url")),
-            opts,
-        )
-        .await
-        .expect("herald starts");
+        let listen = format!("127.0.0.1:{port}").parse().expect("addr");
+        let herald =
+            support::start_herald_unsynced(&sim_url, "jobs: []\n", api, "herald/test", listen)
+                .await;
         tokio::time::timeout(Duration::from_secs(30), herald.ready())
             .await
             .expect("herald syncs");
@@ -351,24 +337,9 @@ async fn before_its_first_sync_herald_refuses_as_an_initializing_apiserver() {
     // would be refused too.
     api.admission_burst = 1;
     api.admission_rate = 0.001;
-    let opts = herald_server::ServeOptions {
-        kube: Some(herald_server::KubeServeOptions {
-            listen: "127.0.0.1:0".parse().expect("addr"),
-            api,
-            custom: vec![],
-            token_file: None,
-            insecure: false,
-            tls: None,
-        }),
-        ..herald_server::ServeOptions::default()
-    };
-    let herald = herald_server::Herald::start(
-        vec![],
-        kube::Config::new(sim.url().parse().expect("url")),
-        opts,
-    )
-    .await
-    .expect("herald starts");
+    let listen = "127.0.0.1:0".parse().expect("addr");
+    let herald =
+        support::start_herald_unsynced(&sim.url(), "jobs: []\n", api, "herald/test", listen).await;
     let url = herald.kube_url().expect("face on");
     let http = reqwest::Client::new();
     for path in ["/api/v1/pods", "/api/v1/namespaces/default/pods?limit=5"] {

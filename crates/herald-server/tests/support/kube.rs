@@ -3,6 +3,7 @@
 
 #![allow(dead_code)] // each test binary uses a different subset
 
+use std::net::SocketAddr;
 use std::time::Duration;
 
 use herald_server::{Herald, KubeApiOptions, KubeServeOptions, ServeOptions, job_specs};
@@ -38,29 +39,44 @@ pub async fn start_herald(
     api: KubeApiOptions,
     user_agent: &str,
 ) -> Herald {
+    let herald = start_herald_unsynced(
+        upstream,
+        jobs,
+        api,
+        user_agent,
+        "127.0.0.1:0".parse().expect("addr"),
+    )
+    .await;
+    tokio::time::timeout(Duration::from_secs(30), herald.ready())
+        .await
+        .expect("herald syncs within 30 s");
+    herald
+}
+
+/// As `start_herald`, with the face on `listen`, without waiting for the first sync.
+pub async fn start_herald_unsynced(
+    upstream: &str,
+    jobs: &str,
+    api: KubeApiOptions,
+    user_agent: &str,
+    listen: SocketAddr,
+) -> Herald {
     let _ = tracing_subscriber::fmt()
         .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
         .with_test_writer()
         .try_init();
     let cfg = herald_core::parse_config(jobs).expect("valid jobs");
-    let herald = Herald::start(
+    Herald::start(
         job_specs(&cfg, None).expect("valid specs"),
         kube::Config::new(upstream.parse().expect("url")),
         ServeOptions {
             user_agent: user_agent.to_string(),
-            kube: Some(KubeServeOptions::plain(
-                "127.0.0.1:0".parse().expect("addr"),
-                api,
-            )),
+            kube: Some(KubeServeOptions::plain(listen, api)),
             ..ServeOptions::default()
         },
     )
     .await
-    .expect("herald starts");
-    tokio::time::timeout(Duration::from_secs(30), herald.ready())
-        .await
-        .expect("herald syncs within 30 s");
-    herald
+    .expect("herald starts")
 }
 
 /// herald's `/metrics` text.
