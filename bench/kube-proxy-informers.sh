@@ -14,10 +14,13 @@
 # (e.g. "--nodes 500 --services 1000 --pods 15000": a tenth of k8s-limits). CARGO_TARGET_DIR is honoured.
 # WATCH_ONLY=1: each set is one plain client-go watch of the same Services instead of informers (no
 # cache, no handlers): the client CPU of client-go's watch decoding alone.
+# RESOURCE=pods or RESOURCE=endpointslices: each set is one informer (or with WATCH_ONLY=1 one plain
+# watch) of every Pod, or of kube-proxy's EndpointSlices, and the writer updates that resource: the
+# client CPU per event for the objects kubelets and kube-proxy receive (issue 21's kinds).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-watch_only=${WATCH_ONLY:-}
+watch_only=${WATCH_ONLY:-} resource=${RESOURCE:-services}
 informers=${INFORMERS:-100} preset=${PRESET:-k8s-limits} rate=${RATE:-100} window=${SECONDS_WINDOW:-30}
 if [ "${1:-}" = "--quick" ]; then
   informers=${INFORMERS:-10} preset=${PRESET:-small} window=${SECONDS_WINDOW:-5}
@@ -58,7 +61,7 @@ results=()
 for via in herald direct; do
   for ct in json protobuf; do
     kc="$work/$via.kubeconfig"; [ "$via" = direct ] && kc="$work/sim.kubeconfig"
-    flags=(); [ "$ct" = protobuf ] && flags=(--protobuf)
+    flags=(--resource "$resource"); [ "$ct" = protobuf ] && flags+=(--protobuf)
     [ -n "$watch_only" ] && flags+=(--watch-only)
     b0=$(sim_bytes); h0=$(herald_bytes)
     out="$work/$via-$ct.json"
@@ -68,7 +71,7 @@ for via in herald direct; do
     ipid=$!
     # The writer in a process of its own (the informers' CPU is theirs alone), started once they synced.
     until grep -q synced "$work/informers.err" 2>/dev/null; do sleep 0.2; kill -0 "$ipid" || { cat "$work/informers.err"; exit 1; }; done
-    "$bin/proxy-informers" --kubeconfig "$work/sim.kubeconfig" --informers 0 --rate "$rate" \
+    "$bin/proxy-informers" --kubeconfig "$work/sim.kubeconfig" --informers 0 --rate "$rate" --resource "$resource" \
       --seconds "$((window + 2))s" --warmup 5s > "$work/writer.out" 2>> "$work/writer.err" &
     wpid=$!
     # kube-sim's open watches while the informers run (herald's own seven included).
@@ -85,19 +88,22 @@ EOF
     results+=("$out")
   done
 done
-python3 - "$informers" "$preset" "$rate" "${results[@]}" <<'EOF'
+python3 - "$informers" "$preset" "$rate" "$resource" "${results[@]}" <<'EOF'
 import json, os, sys
-informers, preset, rate, paths = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4:]
+informers, preset, rate, resource, paths = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4], sys.argv[5:]
 rows = [json.load(open(p)) for p in paths]
+out = "bench/out/kube-proxy-informers.json" if resource == "services" else f"bench/out/informers-{resource}.json"
 json.dump({"informers": int(informers), "preset": preset, "sim_args": os.environ.get("SIM_ARGS", ""),
-           "rate": float(rate), "runs": rows},
-          open("bench/out/kube-proxy-informers.json", "w"), indent=2)
-print(f"\n{informers} kube-proxy-shaped informer sets, preset {preset} {os.environ.get('SIM_ARGS', '')}, {rate} Service updates/s\n")
-print("| via | client | content | sync s | events | client CPU µs/event | p50 ms | p99 ms | kube-sim watches | kube-sim MB sent | kube-sim CPU s | herald CPU s | herald MB sent |")
-print("|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+           "rate": float(rate), "resource": resource, "runs": rows},
+          open(out, "w"), indent=2)
+shape = "kube-proxy-shaped informer sets" if resource == "services" else f"sets reading {resource}"
+print(f"\n{informers} {shape}, preset {preset} {os.environ.get('SIM_ARGS', '')}, {rate} {resource} updates/s\n")
+print("| via | client | content | sync s | events | client CPU µs/event | p50 ms | p99 ms | kube-sim watches | kube-sim MB sent | kube-sim CPU s | herald CPU s | herald CPU µs/event | herald MB sent |")
+print("|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
 for r in rows:
     cpu = r.get("server_cpu_seconds", {})
     print(f"| {r['via']} | {r.get('client', 'informers')} | {r['content_type']} | {r['sync_seconds']:.1f} | {r['events']} | {r['client_cpu_per_event_us']:.0f} | "
           f"{r['latency_p50_ms']:.1f} | {r['latency_p99_ms']:.1f} | {r['sim_watches_open']} | {r['sim_bytes_sent']/1e6:.1f} | "
-          f"{cpu.get('kube-sim', 0):.1f} | {cpu.get('herald', 0):.1f} | {r['herald_bytes_sent']/1e6:.1f} |")
+          f"{cpu.get('kube-sim', 0):.1f} | {cpu.get('herald', 0):.1f} | "
+          f"{(cpu.get('herald', 0) / r['events'] * 1e6 if r['via'] == 'herald' and r['events'] else 0):.1f} | {r['herald_bytes_sent']/1e6:.1f} |")
 EOF

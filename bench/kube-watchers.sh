@@ -6,6 +6,9 @@
 # Usage: bench/kube-watchers.sh            1,000 and 10,000 watchers, 30 s window, 3 runs each
 #        bench/kube-watchers.sh --quick    100 watchers, 5 s, one run (smoke test)
 #        bench/kube-watchers.sh [--quick] --protobuf   the same in protobuf (bench/out/kube-watchers-protobuf.json)
+#        bench/kube-watchers.sh [--quick] --kind pods|endpointslices [--protobuf]   watchers of every Pod
+#                                     or EndpointSlice of kube-sim's small cluster, the writer updating
+#                                     the first 50 of them (bench/out/kube-watchers-KIND[-protobuf].json)
 #        bench/kube-watchers.sh [--quick] [kube-watchers args...]   (given args replace the defaults;
 #                                                                    kube-watchers --help lists them)
 # CARGO_TARGET_DIR is honoured (default target/).
@@ -32,9 +35,14 @@ done
 target="${CARGO_TARGET_DIR:-target}"
 cargo build --release -q -p herald -p kube-sim -p herald-bench
 mkdir -p bench/out
-# --protobuf (watchers ask for application/vnd.kubernetes.protobuf) writes a file of its own.
-out=bench/out/kube-watchers.json
-case " $* " in *" --protobuf "*) out=bench/out/kube-watchers-protobuf.json ;; esac
+# --protobuf (watchers ask for application/vnd.kubernetes.protobuf) and --kind pods|endpointslices
+# (watchers of every Pod or EndpointSlice, the writer updating generated ones) write files of their own.
+out=bench/out/kube-watchers
+args_line=" $* "
+kind=$(sed -n 's/.* --kind[ =]\([a-z]*\) .*/\1/p' <<< "$args_line")
+[ -n "$kind" ] && [ "$kind" != configmaps ] && out="$out-$kind"
+case "$args_line" in *" --protobuf "*) out="$out-protobuf" ;; esac
+out="$out.json"
 exec "$target/release/kube-watchers" \
   --kube-sim "$target/release/kube-sim" --herald "$target/release/herald" \
   --json "$out" "${args[@]}" "$@"

@@ -101,8 +101,8 @@ pub fn take_lines(body: &mut Vec<u8>, mut on_modified: impl FnMut(u64)) -> Batch
 
 /// The complete protobuf watch frames at the front of `body` (`application/vnd.kubernetes.protobuf;
 /// stream=watch`: a 4-byte big-endian length, then a `metav1.WatchEvent`), classified as
-/// `take_lines` classifies JSON lines: the event type, and for MODIFIED the send time in the
-/// ConfigMap's `data.t`; the last frame's resourceVersion. Consumed frames are drained.
+/// `take_lines` classifies JSON lines: the event type, and for MODIFIED the send time (the
+/// annotation `t`, else a ConfigMap's `data.t`); the last frame's resourceVersion. Consumed frames are drained.
 ///
 /// NB: a field walk over the wire bytes (WatchEvent → RawExtension → `k8s\0` + Unknown → ConfigMap →
 /// ObjectMeta / data), without decoding into structs, as `take_lines` avoids a JSON tree.
@@ -125,10 +125,7 @@ pub fn take_frames(body: &mut Vec<u8>, mut on_modified: impl FnMut(u64)) -> Batc
         match ty {
             b"MODIFIED" => {
                 batch.modified += 1;
-                if let Some(t) = object
-                    .and_then(|o| map_value(o, 2, b"t"))
-                    .and_then(leading_number)
-                {
+                if let Some(t) = object.and_then(send_time_of).and_then(leading_number) {
                     on_modified(t);
                 }
             }
@@ -150,6 +147,14 @@ pub fn take_frames(body: &mut Vec<u8>, mut on_modified: impl FnMut(u64)) -> Batc
     batch.last_rv = last_rv;
     body.drain(..at);
     batch
+}
+
+/// The send time a writer stamped on an object: its annotation `t` (ObjectMeta field 12), else a
+/// ConfigMap's `data.t` (ConfigMap field 2).
+fn send_time_of(object: &[u8]) -> Option<&[u8]> {
+    field(object, 1)
+        .and_then(|meta| map_value(meta, 12, b"t"))
+        .or_else(|| map_value(object, 2, b"t"))
 }
 
 fn varint(b: &[u8], at: &mut usize) -> Option<u64> {
@@ -256,6 +261,29 @@ mod tests {
         assert_eq!(times, vec![17]);
         assert_eq!((b.modified, b.last_rv), (1, Some(41)));
         assert_eq!(body, &frame[..10]);
+    }
+
+    #[test]
+    fn a_pods_send_time_is_its_annotation() {
+        // A Pod whose container is named "t" and whose label "t" differs: only the annotation counts.
+        let obj = kube_face::proto::schema().encode(
+            kube_face::proto::schema().kind("v1", "Pod").expect("Pod"),
+            br#"{"metadata":{"name":"p","resourceVersion":"7","labels":{"t":"1"},"annotations":{"a":"b","t":"99"}},"spec":{"containers":[{"name":"t","image":"i"}]}}"#,
+        );
+        let frame = kube_face::proto::watch_frame(
+            "MODIFIED",
+            &kube_face::proto::envelope("v1", "Pod", &obj),
+        );
+        let mut body = frame.to_vec();
+        let mut times = vec![];
+        let b = take_frames(&mut body, |t| times.push(t));
+        assert_eq!(times, vec![99]);
+        assert_eq!((b.modified, b.last_rv), (1, Some(7)));
+        // JSON: the first `"t":"` of a Pod line is its annotation's when it has no label "t".
+        let mut line = br#"{"type":"MODIFIED","object":{"kind":"Pod","metadata":{"name":"p","resourceVersion":"8","annotations":{"t":"5"}},"spec":{"containers":[{"name":"t"}]}}}
+"#.to_vec();
+        let b = take_lines(&mut line, |t| times.push(t));
+        assert_eq!((times[1], b.last_rv), (5, Some(8)));
     }
 
     #[test]

@@ -6,6 +6,10 @@
 // handlers record the delivery latency. Writes one JSON report: sync time, events, the client's
 // CPU per event, latency percentiles, and the CPU of the server processes named by --pid.
 //
+// With --resource pods or endpointslices, each set is instead one informer (or, with --watch-only,
+// one plain watch) of every Pod or of kube-proxy's EndpointSlices, and the writer updates that
+// resource: the client's CPU per event for the big objects kubelets and kube-proxy receive.
+//
 // A benchmark tool of herald's (bench/kube-proxy-informers.sh), built from upstream modules only.
 package main
 
@@ -25,6 +29,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
@@ -50,7 +55,8 @@ type report struct {
 	Writes           int64              `json:"writes"`
 	WriteErrors      int64              `json:"write_errors"`
 	Events           int64              `json:"events"`
-	ServiceUpdates   int64              `json:"service_updates"`
+	Resource         string             `json:"resource"`
+	StampedUpdates   int64              `json:"stamped_updates"`
 	Client           string             `json:"client"`
 	ClientCPUSeconds float64            `json:"client_cpu_seconds"`
 	ClientCPUPerEvUs float64            `json:"client_cpu_per_event_us"`
@@ -72,8 +78,10 @@ func main() {
 	pids := flag.String("pid", "", "server processes to read the CPU of, name=pid,name=pid")
 	out := flag.String("json", "", "where to write the report (default stdout)")
 	version := flag.Bool("version", false, "print the client-go version and exit")
-	watchOnly := flag.Bool("watch-only", false, "instead of informers, each set runs one plain client-go watch of the same Services "+
+	watchOnly := flag.Bool("watch-only", false, "instead of informers, each set runs one plain client-go watch of the resource "+
 		"(no cache, no handlers): what the watch machinery and decoding cost alone")
+	resource := flag.String("resource", "services", "what the sets read and the writer updates: services (kube-proxy's four informers), "+
+		"pods (one informer of every Pod) or endpointslices (one informer of kube-proxy's EndpointSlices)")
 	flag.Parse()
 	if *version {
 		fmt.Println("proxy-informers: client-go v0.37.2 (k8s.io/client-go), kube-proxy's informer shapes of k8s.io/kubernetes v1.37.2")
@@ -117,18 +125,18 @@ func main() {
 	}
 	sort.Strings(nodes)
 
-	var events, svcUpdates atomic.Int64
+	var events, stamped atomic.Int64
 	var measuring atomic.Bool
 	var latMu sync.Mutex
 	var lat []time.Duration
-	onService := func(obj interface{}) {
+	onUpdate := func(obj interface{}) {
 		events.Add(1)
-		svc, ok := obj.(*corev1.Service)
-		if !ok || !measuring.Load() {
+		m, err := meta.Accessor(obj)
+		if err != nil || !measuring.Load() {
 			return
 		}
-		svcUpdates.Add(1)
-		if v, ok := svc.Annotations[sentAnnotation]; ok {
+		stamped.Add(1)
+		if v, ok := m.GetAnnotations()[sentAnnotation]; ok {
 			if ns, err := strconv.ParseInt(v, 10, 64); err == nil {
 				d := time.Since(time.Unix(0, ns))
 				latMu.Lock()
@@ -147,12 +155,16 @@ func main() {
 	svcLabels := labels.NewSelector().Add(*noProxyName).String()
 	sliceLabels := labels.NewSelector().Add(*noHeadless).String()
 	svcFields := fields.OneTermNotEqualSelector("spec.clusterIP", corev1.ClusterIPNone).String()
+	res, ok := resources(svcLabels, svcFields, sliceLabels)[*resource]
+	if !ok {
+		fail("--resource %q: expected services, pods or endpointslices", *resource)
+	}
 
 	if *n == 0 {
 		// Writer only: the bench runs the writer in a process of its own, so that the informers'
 		// CPU per event is theirs alone.
 		var writes, errs atomic.Int64
-		write(ctx, writer, svcLabels, svcFields, *rate, *warmup+*window, &writes, &errs)
+		write(ctx, res.updater(ctx, writer), *rate, *warmup+*window, &writes, &errs)
 		fmt.Printf("{\"writes\": %d, \"write_errors\": %d}\n", writes.Load(), errs.Load())
 		return
 	}
@@ -160,17 +172,31 @@ func main() {
 	var synced []cache.InformerSynced
 	for i := 0; i < *n && *watchOnly; i++ {
 		cs := client(readCfg)
-		opts := metav1.ListOptions{LabelSelector: svcLabels, FieldSelector: svcFields}
-		rv := listRV(ctx, cs, opts)
-		go watchServices(ctx, cs, opts, rv, func(ev watch.Event) {
+		opts := metav1.ListOptions{LabelSelector: res.labels, FieldSelector: res.fields}
+		rv := listRV(ctx, res, cs, opts)
+		go watchResource(ctx, res, cs, opts, rv, func(ev watch.Event) {
 			if ev.Type == watch.Modified {
-				onService(ev.Object)
+				onUpdate(ev.Object)
 			} else {
 				events.Add(1)
 			}
 		})
 	}
-	for i := 0; i < *n && !*watchOnly; i++ {
+	for i := 0; i < *n && !*watchOnly && *resource != "services"; i++ {
+		// One informer of the resource per set, with the readers' selectors.
+		f := informers.NewSharedInformerFactoryWithOptions(client(readCfg), 0, informers.WithTweakListOptions(func(o *metav1.ListOptions) {
+			o.LabelSelector, o.FieldSelector = res.labels, res.fields
+		}))
+		inf := res.informer(f)
+		inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
+			AddFunc:    func(interface{}) { events.Add(1) },
+			UpdateFunc: func(_, nw interface{}) { onUpdate(nw) },
+			DeleteFunc: func(interface{}) { events.Add(1) },
+		})
+		f.Start(ctx.Done())
+		synced = append(synced, inf.HasSynced)
+	}
+	for i := 0; i < *n && !*watchOnly && *resource == "services"; i++ {
 		cs := client(readCfg)
 		node := nodes[i%len(nodes)]
 		svcF := informers.NewSharedInformerFactoryWithOptions(cs, 0, informers.WithTweakListOptions(func(o *metav1.ListOptions) {
@@ -186,7 +212,7 @@ func main() {
 		si := svcF.Core().V1().Services().Informer()
 		si.AddEventHandler(cache.ResourceEventHandlerFuncs{
 			AddFunc:    func(interface{}) { events.Add(1) },
-			UpdateFunc: func(_, nw interface{}) { onService(nw) },
+			UpdateFunc: func(_, nw interface{}) { onUpdate(nw) },
 			DeleteFunc: func(interface{}) { events.Add(1) },
 		})
 		ei := sliceF.Discovery().V1().EndpointSlices().Informer()
@@ -208,7 +234,7 @@ func main() {
 
 	var writes, writeErrs atomic.Int64
 	if *rate > 0 {
-		go write(ctx, writer, svcLabels, svcFields, *rate, 0, &writes, &writeErrs)
+		go write(ctx, res.updater(ctx, writer), *rate, 0, &writes, &writeErrs)
 	}
 	time.Sleep(*warmup)
 
@@ -237,7 +263,8 @@ func main() {
 		Writes:           writes.Load(),
 		WriteErrors:      writeErrs.Load(),
 		Events:           ev,
-		ServiceUpdates:   svcUpdates.Load(),
+		Resource:         *resource,
+		StampedUpdates:   stamped.Load(),
 		ClientCPUSeconds: cpu1 - cpu0,
 		LatencyP50Ms:     pct(lat, 0.50),
 		LatencyP99Ms:     pct(lat, 0.99),
@@ -260,14 +287,9 @@ func main() {
 	}
 }
 
-// write updates the Services the informers see, round-robin at `rate` per second, stamping each
-// with its send time, for `d` (0: until ctx ends), counting the writes done and failed.
-func write(ctx context.Context, writer *kubernetes.Clientset, svcLabels, svcFields string, rate float64, d time.Duration, writes, errs *atomic.Int64) {
-	list, err := writer.CoreV1().Services("").List(ctx, metav1.ListOptions{LabelSelector: svcLabels, FieldSelector: svcFields})
-	if err != nil || len(list.Items) == 0 {
-		fail("listing Services to update: %v", err)
-	}
-	svcs := list.Items
+// write calls update at `rate` per second for `d` (0: until ctx ends), counting the writes done and
+// failed.
+func write(ctx context.Context, update func(i int) error, rate float64, d time.Duration, writes, errs *atomic.Int64) {
 	tick := time.NewTicker(time.Duration(float64(time.Second) / rate))
 	defer tick.Stop()
 	var end <-chan time.Time
@@ -282,23 +304,128 @@ func write(ctx context.Context, writer *kubernetes.Clientset, svcLabels, svcFiel
 			return
 		case <-tick.C:
 		}
-		s := &svcs[i%len(svcs)]
-		if s.Annotations == nil {
-			s.Annotations = map[string]string{}
-		}
-		s.Annotations[sentAnnotation] = strconv.FormatInt(time.Now().UnixNano(), 10)
-		got, err := writer.CoreV1().Services(s.Namespace).Update(ctx, s, metav1.UpdateOptions{})
-		if err != nil {
+		if err := update(i); err != nil {
 			if errs.Add(1) <= 3 {
-				fmt.Fprintf(os.Stderr, "proxy-informers: updating Service %s/%s: %v\n", s.Namespace, s.Name, err)
-			}
-			if fresh, gerr := writer.CoreV1().Services(s.Namespace).Get(ctx, s.Name, metav1.GetOptions{}); gerr == nil {
-				*s = *fresh
+				fmt.Fprintf(os.Stderr, "proxy-informers: %v\n", err)
 			}
 			continue
 		}
 		writes.Add(1)
-		*s = *got
+	}
+}
+
+// resource is what the sets read and the writer updates.
+type resource struct {
+	labels, fields string
+	list           func(context.Context, kubernetes.Interface, metav1.ListOptions) (metav1.ListInterface, error)
+	watch          func(context.Context, kubernetes.Interface, metav1.ListOptions) (watch.Interface, error)
+	informer       func(informers.SharedInformerFactory) cache.SharedIndexInformer
+	// updater lists the objects the readers see and returns a function that updates the i-th
+	// (round-robin), stamping it with its send time.
+	updater func(context.Context, kubernetes.Interface) func(int) error
+}
+
+func resources(svcLabels, svcFields, sliceLabels string) map[string]resource {
+	return map[string]resource{
+		"services": {
+			labels: svcLabels, fields: svcFields,
+			list: func(ctx context.Context, cs kubernetes.Interface, o metav1.ListOptions) (metav1.ListInterface, error) {
+				return cs.CoreV1().Services("").List(ctx, o)
+			},
+			watch: func(ctx context.Context, cs kubernetes.Interface, o metav1.ListOptions) (watch.Interface, error) {
+				return cs.CoreV1().Services("").Watch(ctx, o)
+			},
+			informer: func(f informers.SharedInformerFactory) cache.SharedIndexInformer {
+				return f.Core().V1().Services().Informer()
+			},
+			updater: func(ctx context.Context, w kubernetes.Interface) func(int) error {
+				l, err := w.CoreV1().Services("").List(ctx, metav1.ListOptions{LabelSelector: svcLabels, FieldSelector: svcFields})
+				return updater(ctx, "Services", l, err, func(l *corev1.ServiceList) []corev1.Service { return l.Items },
+					func(ctx context.Context, o *corev1.Service) (*corev1.Service, error) {
+						return w.CoreV1().Services(o.Namespace).Update(ctx, o, metav1.UpdateOptions{})
+					},
+					func(ctx context.Context, ns, name string) (*corev1.Service, error) {
+						return w.CoreV1().Services(ns).Get(ctx, name, metav1.GetOptions{})
+					})
+			},
+		},
+		"pods": {
+			list: func(ctx context.Context, cs kubernetes.Interface, o metav1.ListOptions) (metav1.ListInterface, error) {
+				return cs.CoreV1().Pods("").List(ctx, o)
+			},
+			watch: func(ctx context.Context, cs kubernetes.Interface, o metav1.ListOptions) (watch.Interface, error) {
+				return cs.CoreV1().Pods("").Watch(ctx, o)
+			},
+			informer: func(f informers.SharedInformerFactory) cache.SharedIndexInformer {
+				return f.Core().V1().Pods().Informer()
+			},
+			updater: func(ctx context.Context, w kubernetes.Interface) func(int) error {
+				l, err := w.CoreV1().Pods("").List(ctx, metav1.ListOptions{})
+				return updater(ctx, "Pods", l, err, func(l *corev1.PodList) []corev1.Pod { return l.Items },
+					func(ctx context.Context, o *corev1.Pod) (*corev1.Pod, error) {
+						return w.CoreV1().Pods(o.Namespace).Update(ctx, o, metav1.UpdateOptions{})
+					},
+					func(ctx context.Context, ns, name string) (*corev1.Pod, error) {
+						return w.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
+					})
+			},
+		},
+		"endpointslices": {
+			labels: sliceLabels,
+			list: func(ctx context.Context, cs kubernetes.Interface, o metav1.ListOptions) (metav1.ListInterface, error) {
+				return cs.DiscoveryV1().EndpointSlices("").List(ctx, o)
+			},
+			watch: func(ctx context.Context, cs kubernetes.Interface, o metav1.ListOptions) (watch.Interface, error) {
+				return cs.DiscoveryV1().EndpointSlices("").Watch(ctx, o)
+			},
+			informer: func(f informers.SharedInformerFactory) cache.SharedIndexInformer {
+				return f.Discovery().V1().EndpointSlices().Informer()
+			},
+			updater: func(ctx context.Context, w kubernetes.Interface) func(int) error {
+				l, err := w.DiscoveryV1().EndpointSlices("").List(ctx, metav1.ListOptions{LabelSelector: sliceLabels})
+				return updater(ctx, "EndpointSlices", l, err, func(l *discoveryv1.EndpointSliceList) []discoveryv1.EndpointSlice { return l.Items },
+					func(ctx context.Context, o *discoveryv1.EndpointSlice) (*discoveryv1.EndpointSlice, error) {
+						return w.DiscoveryV1().EndpointSlices(o.Namespace).Update(ctx, o, metav1.UpdateOptions{})
+					},
+					func(ctx context.Context, ns, name string) (*discoveryv1.EndpointSlice, error) {
+						return w.DiscoveryV1().EndpointSlices(ns).Get(ctx, name, metav1.GetOptions{})
+					})
+			},
+		},
+	}
+}
+
+// updater returns a function that updates the i-th of the listed objects (round-robin), stamping it
+// with its send time; an update that fails refreshes that object from a get for its next turn.
+func updater[L any, T any, P interface {
+	*T
+	metav1.Object
+}](ctx context.Context, what string, list *L, err error, items func(*L) []T,
+	update func(context.Context, P) (P, error), get func(context.Context, string, string) (P, error)) func(int) error {
+	if err != nil {
+		fail("listing %s to update: %v", what, err)
+	}
+	objs := items(list)
+	if len(objs) == 0 {
+		fail("no %s to update", what)
+	}
+	return func(i int) error {
+		o := P(&objs[i%len(objs)])
+		a := o.GetAnnotations()
+		if a == nil {
+			a = map[string]string{}
+		}
+		a[sentAnnotation] = strconv.FormatInt(time.Now().UnixNano(), 10)
+		o.SetAnnotations(a)
+		got, err := update(ctx, o)
+		if err != nil {
+			if fresh, gerr := get(ctx, o.GetNamespace(), o.GetName()); gerr == nil {
+				*o = *fresh
+			}
+			return fmt.Errorf("updating %s %s/%s: %w", what, o.GetNamespace(), o.GetName(), err)
+		}
+		*o = *got
+		return nil
 	}
 }
 
@@ -316,31 +443,31 @@ func client(readCfg *rest.Config) *kubernetes.Clientset {
 	return cs
 }
 
-// listRV is the resourceVersion of a one-item list of the Services: where a watch of what changes
+// listRV is the resourceVersion of a one-item list of the resource: where a watch of what changes
 // from now on starts (no initial events).
-func listRV(ctx context.Context, cs *kubernetes.Clientset, opts metav1.ListOptions) string {
+func listRV(ctx context.Context, res resource, cs *kubernetes.Clientset, opts metav1.ListOptions) string {
 	opts.Limit = 1
-	list, err := cs.CoreV1().Services("").List(ctx, opts)
+	list, err := res.list(ctx, cs, opts)
 	if err != nil {
-		fail("listing Services: %v", err)
+		fail("listing: %v", err)
 	}
-	return list.ResourceVersion
+	return list.GetResourceVersion()
 }
 
-// watchServices watches the Services from rv until ctx ends, handing every event to onEvent; a watch
+// watchResource watches the resource from rv until ctx ends, handing every event to onEvent; a watch
 // the server ends is resumed from the last resourceVersion seen, an expired one from a new list.
-func watchServices(ctx context.Context, cs *kubernetes.Clientset, opts metav1.ListOptions, rv string, onEvent func(watch.Event)) {
+func watchResource(ctx context.Context, res resource, cs *kubernetes.Clientset, opts metav1.ListOptions, rv string, onEvent func(watch.Event)) {
 	for ctx.Err() == nil {
 		o := opts
 		o.ResourceVersion, o.AllowWatchBookmarks = rv, true
-		w, err := cs.CoreV1().Services("").Watch(ctx, o)
+		w, err := res.watch(ctx, cs, o)
 		if err != nil {
 			time.Sleep(time.Second)
 			continue
 		}
 		for ev := range w.ResultChan() {
 			if ev.Type == watch.Error {
-				rv = listRV(ctx, cs, opts)
+				rv = listRV(ctx, res, cs, opts)
 				break
 			}
 			if m, err := meta.Accessor(ev.Object); err == nil {

@@ -4,8 +4,11 @@
 //! `direct`: watchers on a fresh kube-sim), this starts `kube-sim` (and `herald`) as child processes on
 //! free loopback ports, creates the ConfigMaps to churn, opens N watches of ConfigMaps in namespace
 //! `default` at a bounded rate (retrying 429 after its Retry-After), then PUTs `--rate` ConfigMap updates
-//! per second to kube-sim, round-robin over `--configmaps` objects, each carrying its send time (ns since
-//! the UNIX epoch) in `data.t`. Every watcher is one task reading its socket with a hand-rolled chunked
+//! per second to kube-sim, round-robin over `--objects` objects, each carrying its send time (ns since
+//! the UNIX epoch) in `data.t`. With `--kind pods` or `--kind endpointslices` the watchers watch every
+//! Pod or EndpointSlice of the cluster instead, and the writer updates the first `--objects` of the
+//! generated ones (their whole objects, as kubelets and kube-proxy receive them), with the send time
+//! in the annotation `t`. Every watcher is one task reading its socket with a hand-rolled chunked
 //! decoder and a line scanner (no JSON tree per event) and records receipt time minus `t`. After a
 //! warm-up, a window of `--seconds` is measured: deliveries per second, latency of the writes sent in
 //! the window, CPU (utime+stime from /proc) of herald, kube-sim and this client, RSS, kube-sim's meter
@@ -38,8 +41,69 @@ use tokio::task::JoinSet;
 const WATCHER_UA: &str = "bench-watcher";
 const WRITER_UA: &str = "bench-writer";
 const SETUP_UA: &str = "bench-setup";
-const WATCH_PATH: &str =
-    "/api/v1/namespaces/default/configmaps?watch=true&allowWatchBookmarks=true";
+
+/// What the watchers watch and the writer updates.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum Kind {
+    /// Small ConfigMaps in `default`, created by this tool (the send time in `data.t`).
+    Configmaps,
+    /// Every Pod of kube-sim's generated cluster (the send time in the annotation `t`).
+    Pods,
+    /// Every EndpointSlice of the cluster (the send time in the annotation `t`).
+    Endpointslices,
+}
+
+impl Kind {
+    fn name(self) -> &'static str {
+        match self {
+            Kind::Configmaps => "configmaps",
+            Kind::Pods => "pods",
+            Kind::Endpointslices => "endpointslices",
+        }
+    }
+
+    /// The collection the watchers list and watch.
+    fn list_path(self) -> &'static str {
+        match self {
+            Kind::Configmaps => "/api/v1/namespaces/default/configmaps",
+            Kind::Pods => "/api/v1/pods",
+            Kind::Endpointslices => "/apis/discovery.k8s.io/v1/endpointslices",
+        }
+    }
+
+    fn watch_path(self) -> String {
+        format!("{}?watch=true&allowWatchBookmarks=true", self.list_path())
+    }
+
+    /// The URL path of one object.
+    fn object_path(self, ns: &str, name: &str) -> String {
+        match self {
+            Kind::Configmaps => format!("/api/v1/namespaces/{ns}/configmaps/{name}"),
+            Kind::Pods => format!("/api/v1/namespaces/{ns}/pods/{name}"),
+            Kind::Endpointslices => {
+                format!("/apis/discovery.k8s.io/v1/namespaces/{ns}/endpointslices/{name}")
+            }
+        }
+    }
+
+    /// `obj` carrying send time `t`, to PUT unconditionally (no resourceVersion).
+    fn stamped(self, obj: &Value, t: u64) -> Value {
+        let mut obj = obj.clone();
+        if self == Kind::Configmaps {
+            obj["data"] = json!({"t": t.to_string()});
+            return obj;
+        }
+        let meta = &mut obj["metadata"];
+        if let Some(m) = meta.as_object_mut() {
+            m.remove("resourceVersion");
+        }
+        if !meta["annotations"].is_object() {
+            meta["annotations"] = json!({});
+        }
+        meta["annotations"]["t"] = json!(t.to_string());
+        obj
+    }
+}
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, ValueEnum)]
 enum Via {
@@ -76,12 +140,15 @@ struct Args {
     /// Seconds of writes before the window opens.
     #[arg(long, default_value_t = 5.0)]
     warmup: f64,
-    /// ConfigMap updates per second written to kube-sim.
+    /// What the watchers watch and the writer updates.
+    #[arg(long, value_enum, default_value = "configmaps")]
+    kind: Kind,
+    /// Updates per second written to kube-sim.
     #[arg(long, default_value_t = 100.0)]
     rate: f64,
-    /// ConfigMaps the updates go round-robin over.
-    #[arg(long, default_value_t = 50)]
-    configmaps: usize,
+    /// Objects the updates go round-robin over.
+    #[arg(long, alias = "configmaps", default_value_t = 50)]
+    objects: usize,
     /// New watches opened per second.
     #[arg(long, default_value_t = 1000.0)]
     attach_rate: f64,
@@ -143,30 +210,31 @@ struct WriteCounts {
     in_window: AtomicU64,
 }
 
-/// PUTs `rate` updates per second (round-robin over `k` ConfigMaps) until `stop`, at most 64 in flight;
-/// returns when every write has been answered.
+/// PUTs `rate` updates per second (round-robin over `objects`, each stamped with its send time) until
+/// `stop`, at most 64 in flight; returns when every write has been answered.
+#[allow(clippy::too_many_arguments)]
 async fn writer(
     client: reqwest::Client,
     sim: String,
-    k: usize,
+    kind: Kind,
+    objects: Arc<Vec<Value>>,
     rate: f64,
     m: Arc<Meter>,
     counts: Arc<WriteCounts>,
     stop: tokio::sync::watch::Receiver<bool>,
 ) {
     paced(rate, 64, stop, |i| {
-        let name = format!("bench-{}", i % k);
+        let obj = &objects[i % objects.len()];
+        let path = kind.object_path(
+            obj["metadata"]["namespace"].as_str().unwrap_or_default(),
+            obj["metadata"]["name"].as_str().unwrap_or_default(),
+        );
+        let t = now_ns();
+        let body = kind.stamped(obj, t);
         let (client, sim, m, counts) = (client.clone(), sim.clone(), m.clone(), counts.clone());
         async move {
-            let t = now_ns();
-            let body = json!({
-                "apiVersion": "v1",
-                "kind": "ConfigMap",
-                "metadata": {"name": name, "namespace": "default"},
-                "data": {"t": t.to_string()},
-            });
             let r = client
-                .put(format!("{sim}/api/v1/namespaces/default/configmaps/{name}"))
+                .put(format!("{sim}{path}"))
                 .header(reqwest::header::USER_AGENT, WRITER_UA)
                 .json(&body)
                 .send()
@@ -261,8 +329,10 @@ impl Ctx {
         std::fs::write(
             &config,
             format!(
-                "jobs: []\nkube_api:\n  kinds: [configmaps]\n  admission_rate: {}\n  admission_burst: {}\n",
-                self.args.admission_rate, self.args.admission_burst
+                "jobs: []\nkube_api:\n  kinds: [{}]\n  admission_rate: {}\n  admission_burst: {}\n",
+                self.args.kind.name(),
+                self.args.admission_rate,
+                self.args.admission_burst
             ),
         )?;
         let args: Vec<String> = vec![
@@ -291,9 +361,21 @@ impl Ctx {
         Ok((p, own, kube))
     }
 
-    /// Creates bench-0..k in namespace default (an existing one is fine).
-    async fn create_configmaps(&self, sim: &str) -> anyhow::Result<()> {
-        for i in 0..self.args.configmaps {
+    /// The objects the writer updates: for ConfigMaps bench-0..k, created in namespace default (an
+    /// existing one is fine); for the other kinds the first k of kube-sim's.
+    async fn objects(&self, sim: &str) -> anyhow::Result<Vec<Value>> {
+        let kind = self.args.kind;
+        if kind != Kind::Configmaps {
+            let list = self.get_json(&format!("{sim}{}", kind.list_path())).await?;
+            let items: Vec<Value> = list["items"]
+                .as_array()
+                .map(|i| i.iter().take(self.args.objects).cloned().collect())
+                .unwrap_or_default();
+            anyhow::ensure!(!items.is_empty(), "kube-sim has no {}", kind.name());
+            return Ok(items);
+        }
+        let mut out = Vec::new();
+        for i in 0..self.args.objects {
             let body = json!({
                 "apiVersion": "v1",
                 "kind": "ConfigMap",
@@ -310,28 +392,33 @@ impl Ctx {
             if !r.status().is_success() && r.status().as_u16() != 409 {
                 bail!("creating bench-{i}: {}", r.status());
             }
+            out.push(body);
         }
-        Ok(())
+        Ok(out)
     }
 
-    /// Lists ConfigMaps in default on `target` until the bench ones are all there; returns the list's RV.
-    async fn list_rv(&self, target: &str) -> anyhow::Result<u64> {
+    /// Lists the watched collection on `target` until the writer's objects are all there; returns the
+    /// list's RV.
+    async fn list_rv(&self, target: &str, objects: &[Value]) -> anyhow::Result<u64> {
         let deadline = Instant::now() + Duration::from_secs(60);
+        let key = |o: &Value| {
+            (
+                o["metadata"]["namespace"]
+                    .as_str()
+                    .unwrap_or("")
+                    .to_string(),
+                o["metadata"]["name"].as_str().unwrap_or("").to_string(),
+            )
+        };
+        let wanted: std::collections::HashSet<_> = objects.iter().map(key).collect();
         loop {
             let v = self
-                .get_json(&format!("{target}/api/v1/namespaces/default/configmaps"))
+                .get_json(&format!("{target}{}", self.args.kind.list_path()))
                 .await?;
             let bench = v["items"].as_array().map_or(0, |items| {
-                items
-                    .iter()
-                    .filter(|i| {
-                        i["metadata"]["name"]
-                            .as_str()
-                            .is_some_and(|n| n.starts_with("bench-"))
-                    })
-                    .count()
+                items.iter().filter(|i| wanted.contains(&key(i))).count()
             });
-            if bench >= self.args.configmaps {
+            if bench >= wanted.len() {
                 return v["metadata"]["resourceVersion"]
                     .as_str()
                     .and_then(|s| s.parse().ok())
@@ -339,8 +426,9 @@ impl Ctx {
             }
             if Instant::now() > deadline {
                 bail!(
-                    "{target} lists {bench} of {} bench ConfigMaps after 60 s",
-                    self.args.configmaps
+                    "{target} lists {bench} of the {} bench {} after 60 s",
+                    wanted.len(),
+                    self.args.kind.name()
                 );
             }
             tokio::time::sleep(Duration::from_millis(200)).await;
@@ -455,7 +543,7 @@ async fn measure(ctx: &Ctx, n: usize, via: Via, run: usize) -> anyhow::Result<Va
         via.name()
     );
     let (sim, sim_url) = ctx.start_kube_sim(&dir).await?;
-    ctx.create_configmaps(&sim_url).await?;
+    let objects = Arc::new(ctx.objects(&sim_url).await?);
     let (herald, herald_url, target) = match via {
         Via::Herald => {
             let (h, own, kube) = ctx.start_herald(&dir, &sim_url).await?;
@@ -463,7 +551,7 @@ async fn measure(ctx: &Ctx, n: usize, via: Via, run: usize) -> anyhow::Result<Va
         }
         Via::Direct => (None, None, sim_url.clone()),
     };
-    let rv = ctx.list_rv(&target).await?;
+    let rv = ctx.list_rv(&target, &objects).await?;
     let server = herald.as_ref().unwrap_or(&sim);
     let addr: SocketAddr = herald_bench::addr_of(&target)?;
     tokio::time::sleep(Duration::from_secs(1)).await;
@@ -476,7 +564,7 @@ async fn measure(ctx: &Ctx, n: usize, via: Via, run: usize) -> anyhow::Result<Va
     let mut iv = tokio::time::interval(Duration::from_secs_f64(1.0 / a.attach_rate));
     let watch_target = Arc::new(Target {
         addr,
-        path: WATCH_PATH.to_string(),
+        path: a.kind.watch_path(),
         user_agent: WATCHER_UA,
         protobuf: a.protobuf,
     });
@@ -505,7 +593,8 @@ async fn measure(ctx: &Ctx, n: usize, via: Via, run: usize) -> anyhow::Result<Va
     let writer = tokio::spawn(writer(
         ctx.http.clone(),
         sim_url.clone(),
-        a.configmaps,
+        a.kind,
+        objects.clone(),
         a.rate,
         m.clone(),
         counts.clone(),
@@ -529,9 +618,7 @@ async fn measure(ctx: &Ctx, n: usize, via: Via, run: usize) -> anyhow::Result<Va
     let rv_lag = if via == Via::Herald {
         let sim_rv = s1.sim_stats["resource_version"].as_f64();
         let herald_rv = ctx
-            .get_json(&format!(
-                "{target}/api/v1/namespaces/default/configmaps?limit=1"
-            ))
+            .get_json(&format!("{target}{}?limit=1", a.kind.list_path()))
             .await
             .ok()
             .and_then(|v| {
@@ -624,6 +711,7 @@ async fn measure(ctx: &Ctx, n: usize, via: Via, run: usize) -> anyhow::Result<Va
     let result = json!({
         "watchers": n,
         "via": via.name(),
+        "kind": a.kind.name(),
         "content_type": if a.protobuf { "protobuf" } else { "json" },
         "run": run,
         "attached": attached,
@@ -724,8 +812,8 @@ async fn main() -> anyhow::Result<()> {
         "rates must be positive"
     );
     anyhow::ensure!(
-        args.configmaps > 0 && args.runs > 0,
-        "--configmaps and --runs must be positive"
+        args.objects > 0 && args.runs > 0,
+        "--objects and --runs must be positive"
     );
     let kube_sim = args
         .kube_sim

@@ -33,6 +33,13 @@ pub fn median_doc(runs: &[&Value]) -> Value {
 
 pub fn markdown(meds: &[Value], ratios: &[Value], runs: usize) -> String {
     let mut out = String::new();
+    if let Some(m) = meds.first() {
+        out.push_str(&format!(
+            "Watching {} ({}).\n\n",
+            m["kind"].as_str().unwrap_or("configmaps"),
+            m["content_type"].as_str().unwrap_or("json")
+        ));
+    }
     out.push_str(&format!(
         "Medians over {runs} run(s) per row. After the window the writer stops and watchers get up to the drain timeout to receive every write; what is still missing then is the last column. Latency = receipt by the watcher − send time of the PUT to kube-sim (write, kube-sim, [herald], client). \"server\" is the process the watchers are attached to (herald, or kube-sim for `direct`). CPU is utime+stime from /proc over the window; \"rest of the machine\" is the machine's busy time (/proc/stat) minus herald's, kube-sim's and the client's: other processes, and kernel time (loopback TCP softirq) not charged to any of them.\n\n"
     ));
