@@ -1,10 +1,10 @@
 //! herald's read-only Kubernetes API: kube-face over the cache, with admission control (a token bucket
 //! for new lists and watches, so a reconnect storm of thousands of clients gets 429 instead of
-//! flattening herald), bearer-token authentication, and metrics per downstream watch.
+//! flattening herald, with a Retry-After that paces them back: [`crate::admission`]), bearer-token
+//! authentication, and metrics per downstream watch.
 
+use std::sync::Arc;
 use std::sync::atomic::Ordering;
-use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
 use axum::Router;
 use axum::response::{IntoResponse, Response};
@@ -17,6 +17,7 @@ use prometheus_client::metrics::gauge::Gauge;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
+use crate::admission::Admission;
 use crate::metrics::{ContentLabels, KubeRequestLabels, Metrics, VerbLabels};
 use crate::state::{KubeApiOptions, Shared};
 
@@ -24,7 +25,7 @@ use crate::state::{KubeApiOptions, Shared};
 #[derive(Debug)]
 pub struct KubeApi {
     pub options: KubeApiOptions,
-    bucket: Mutex<Bucket>,
+    admission: Admission,
     metrics: Metrics,
     /// Flipped at shutdown: open watches end at once instead of holding the process up.
     close_tx: watch::Sender<u64>,
@@ -32,20 +33,10 @@ pub struct KubeApi {
     shutting_down: std::sync::atomic::AtomicBool,
 }
 
-/// A token bucket: `rate` tokens per second up to `burst`.
-#[derive(Debug)]
-struct Bucket {
-    tokens: f64,
-    at: Instant,
-}
-
 impl KubeApi {
     pub fn new(options: KubeApiOptions, metrics: &Metrics) -> KubeApi {
         KubeApi {
-            bucket: Mutex::new(Bucket {
-                tokens: f64::from(options.admission_burst),
-                at: Instant::now(),
-            }),
+            admission: Admission::new(options.admission_rate, options.admission_burst),
             options,
             metrics: metrics.clone(),
             close_tx: watch::Sender::new(0),
@@ -68,22 +59,6 @@ impl KubeApi {
     /// Ends every open downstream watch.
     pub fn close_watches(&self) {
         self.close_tx.send_modify(|n| *n += 1);
-    }
-
-    /// Takes a token, or says how long until one is available.
-    fn take(&self) -> Result<(), Duration> {
-        let mut b = self.bucket.lock().expect("bucket lock is never poisoned");
-        let now = Instant::now();
-        let rate = self.options.admission_rate.max(0.001);
-        let burst = f64::from(self.options.admission_burst.max(1));
-        b.tokens = (b.tokens + now.duration_since(b.at).as_secs_f64() * rate).min(burst);
-        b.at = now;
-        if b.tokens >= 1.0 {
-            b.tokens -= 1.0;
-            Ok(())
-        } else {
-            Err(Duration::from_secs_f64((1.0 - b.tokens) / rate))
-        }
     }
 }
 
@@ -179,10 +154,10 @@ impl Backend for Shared {
                 .get_or_create(&VerbLabels { verb: verb.into() })
                 .inc();
             let mut e = ApiError::new(429, "TooManyRequests", "storage is (re)initializing");
-            e.retry_after = Some(1);
+            e.retry_after = Some(api.admission.defer(Instant::now()));
             return Err(e);
         }
-        api.take().map_err(|wait| {
+        api.admission.take(Instant::now()).map_err(|retry_after| {
             api.metrics
                 .kube_admission_refused
                 .get_or_create(&VerbLabels { verb: verb.into() })
@@ -192,7 +167,7 @@ impl Backend for Shared {
                 "TooManyRequests",
                 "Too many requests, please try again later.",
             );
-            e.retry_after = Some(wait.as_secs().max(1));
+            e.retry_after = Some(retry_after);
             e
         })
     }
@@ -268,26 +243,4 @@ pub fn synced(shared: &Shared) -> bool {
         .cache
         .ids()
         .all(|r| shared.cache.get(r).status.synced.load(Ordering::Acquire))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_admission_bucket_refuses_past_its_burst_and_refills() {
-        let api = KubeApi::new(
-            KubeApiOptions {
-                admission_rate: 1000.0,
-                admission_burst: 3,
-                ..KubeApiOptions::default()
-            },
-            &Metrics::default(),
-        );
-        assert!((0..3).all(|_| api.take().is_ok()));
-        let wait = api.take().expect_err("burst spent");
-        assert!(wait <= Duration::from_millis(2));
-        std::thread::sleep(Duration::from_millis(5));
-        assert!(api.take().is_ok(), "refilled");
-    }
 }

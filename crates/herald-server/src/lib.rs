@@ -13,6 +13,7 @@
 //! asked of the serving code; `heap` gives its memory back when it is done), `auth` and `tls` (credentials and TLS on every port), `serve`
 //! (wiring); `reference` computes jobs from scratch for the tests and the fault soak to compare with.
 
+pub mod admission;
 pub mod allocator;
 pub mod auth;
 pub mod bodies;

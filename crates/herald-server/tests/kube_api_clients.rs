@@ -337,6 +337,7 @@ async fn a_reconnect_storm_past_the_admission_rate_gets_429_and_still_syncs() {
                 .get("retry-after")
                 .and_then(|v| v.to_str().ok())
                 .map(str::to_string);
+            // Five a second: the five refusals are promised the slots of the next second.
             assert_eq!(retry.as_deref(), Some("1"), "429 says when to come back");
             let status: Value = r.json().await.expect("Status");
             assert_eq!(status["reason"], "TooManyRequests");

@@ -90,6 +90,12 @@ fn start_mode(q: &Query) -> Result<Start, ApiError> {
     }
 }
 
+/// Whether a watch asks to start after a version the log no longer holds: it will end with one
+/// ERROR event (410 Expired) at once.
+pub fn starts_expired<B: Backend + ?Sized>(backend: &B, r: ResId, q: &Query) -> bool {
+    matches!(start_mode(q), Ok(Start::After(rv)) if backend.events_after(r, rv, 0).is_err())
+}
+
 /// Validates the request and starts the watch task; errors before the stream starts are plain Status
 /// responses, errors after it are ERROR events.
 pub async fn start<B: Backend>(
