@@ -18,7 +18,7 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 
 use crate::admission::Admission;
-use crate::metrics::{ContentLabels, KubeRequestLabels, Metrics, VerbLabels};
+use crate::metrics::{ContentLabels, KubeRequestLabels, Metrics, RefusedLabels};
 use crate::state::{KubeApiOptions, Shared};
 
 /// The face's own state inside `Shared`.
@@ -151,7 +151,10 @@ impl Backend for Shared {
         if !self.cache.get(r).status.synced.load(Ordering::Acquire) {
             api.metrics
                 .kube_admission_refused
-                .get_or_create(&VerbLabels { verb: verb.into() })
+                .get_or_create(&RefusedLabels {
+                    verb: verb.into(),
+                    reason: "initializing",
+                })
                 .inc();
             let mut e = ApiError::new(429, "TooManyRequests", "storage is (re)initializing");
             e.retry_after = Some(api.admission.defer(Instant::now()));
@@ -160,7 +163,10 @@ impl Backend for Shared {
         api.admission.take(Instant::now()).map_err(|retry_after| {
             api.metrics
                 .kube_admission_refused
-                .get_or_create(&VerbLabels { verb: verb.into() })
+                .get_or_create(&RefusedLabels {
+                    verb: verb.into(),
+                    reason: "rate",
+                })
                 .inc();
             let mut e = ApiError::new(
                 429,

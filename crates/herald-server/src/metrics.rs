@@ -95,6 +95,15 @@ pub struct VerbLabels {
     pub verb: String,
 }
 
+/// Why the face refused a list or watch with 429.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RefusedLabels {
+    pub verb: String,
+    /// `rate`: past the admission rate; `initializing`: before the resource's first sync (herald
+    /// starting), as the apiserver refuses while its watch cache initializes.
+    pub reason: &'static str,
+}
+
 /// Every metric herald exports. Cheap handles: clone freely.
 #[derive(Debug, Default, Clone)]
 pub struct Metrics {
@@ -120,7 +129,7 @@ pub struct Metrics {
     pub kube_content_events: Family<ContentLabels, Counter>,
     pub kube_content_bytes: Family<ContentLabels, Counter>,
     pub kube_watchers_closed_slow: Family<KindLabels, Counter>,
-    pub kube_admission_refused: Family<VerbLabels, Counter>,
+    pub kube_admission_refused: Family<RefusedLabels, Counter>,
     pub kube_auth_refused: Counter,
     pub http_auth_refused: Counter,
     pub monitors_selected: Gauge,
@@ -324,7 +333,7 @@ impl Metrics {
         );
         r.register(
             "kube_admission_refused",
-            "Lists and watches refused with 429 by the admission rate limit",
+            "Lists and watches refused with 429: reason=rate by the admission rate limit, reason=initializing before the resource's first sync",
             self.kube_admission_refused.clone(),
         );
         r.register(

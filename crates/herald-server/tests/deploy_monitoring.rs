@@ -480,6 +480,6 @@ async fn every_metric_the_alerts_and_dashboard_read_is_on_a_running_heralds_metr
         "pods, endpointslices, nodes shard 0/2 from one address"
     );
     assert!(value("herald_apiserver_watches_direct") >= 4.0);
-    assert!(value("herald_kube_admission_refused_total{verb=\"LIST\"}") >= 1.0);
+    assert!(value("herald_kube_admission_refused_total{verb=\"LIST\",reason=\"rate\"}") >= 1.0);
     herald.stop().await;
 }

@@ -363,7 +363,10 @@ async fn a_reconnect_storm_past_the_admission_rate_gets_429_and_still_syncs() {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     assert_eq!(reflected(&pods), want);
-    assert!(herald_metrics(&herald).contains("herald_kube_admission_refused_total{verb=\"LIST\"}"));
+    assert!(
+        herald_metrics(&herald)
+            .contains("herald_kube_admission_refused_total{verb=\"LIST\",reason=\"rate\"}")
+    );
 }
 
 #[tokio::test]
