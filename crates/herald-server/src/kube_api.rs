@@ -141,7 +141,7 @@ impl Backend for Shared {
         let current = self.cache.resource_version(r);
         Ok((self.cache.read(r).events_after_at_most(rv, max)?, current))
     }
-    fn admit(&self, verb: &str, r: ResId) -> Result<(), ApiError> {
+    fn admit(&self, verb: &str, r: ResId, reads_state: bool) -> Result<(), ApiError> {
         let api = face(self);
         // NB: before the resource's first sync (herald just started, or restarted under thousands
         // of informers) a list would be empty and a watch would wait for versions herald does not
@@ -159,6 +159,9 @@ impl Backend for Shared {
             let mut e = ApiError::new(429, "TooManyRequests", "storage is (re)initializing");
             e.retry_after = Some(api.admission.defer(Instant::now()));
             return Err(e);
+        }
+        if !reads_state {
+            return Ok(());
         }
         api.admission.take(Instant::now()).map_err(|retry_after| {
             api.metrics

@@ -388,5 +388,15 @@ async fn before_its_first_sync_herald_refuses_as_an_initializing_apiserver() {
         list["items"].as_array().map(Vec::len),
         Some(sim.handle().objects_json(Kind::Pod).len())
     );
+    // The token is spent; a watch from the list's version reads no state and is not charged.
+    let rv = list["metadata"]["resourceVersion"].as_str().expect("rv");
+    let line = first_watch_line(&url, rv).await;
+    assert!(!line.starts_with("status"), "{line}");
+    let again = http
+        .get(format!("{url}/api/v1/pods"))
+        .send()
+        .await
+        .expect("list");
+    assert_eq!(again.status(), 429, "a second list is charged and refused");
     herald.stop().await;
 }

@@ -102,7 +102,9 @@ pub trait Backend: Send + Sync + 'static {
     }
 
     /// Admission of a new list or watch of resource `r`; an error (429 with Retry-After) refuses it.
-    fn admit(&self, _verb: &str, _r: ResId) -> Result<(), ApiError> {
+    /// `reads_state`: the request reads the current state (a list, or a watch with initial events),
+    /// where a watch from a resourceVersion does not; rate limits need only charge the former.
+    fn admit(&self, _verb: &str, _r: ResId, _reads_state: bool) -> Result<(), ApiError> {
         Ok(())
     }
     /// A request finished (watches: when started), answered in `content_type`.

@@ -86,13 +86,18 @@ pub async fn handle<B: Backend>(
         api_version: resource.api_version(),
         kind: resource.kind.clone(),
     };
-    // NB: a watch from a version the log no longer holds costs one ERROR event (410 Expired) and no
-    // work: it spends no admission. After a restart every informer's first request is such a watch
-    // (its version is from before), and charging it would make the relist and watch that follow wait
-    // behind 10,000 of them.
+    // NB: rate limits guard the requests that read the state: lists, and watches that start with it
+    // (initial events). A watch from a resourceVersion costs the events after it, or one ERROR event
+    // (410 Expired) when the log no longer holds it, as the apiserver's priority and fairness charges
+    // a watch for its initialization only. Charging them made a restart's storm wait twice: every
+    // informer's relist is followed at once by its watch, so 10,000 informers needed 20,000 tokens,
+    // and each first tried a watch from its version from before the restart (410) on top.
     if matches!(verb.as_str(), "LIST" | "WATCH")
-        && !(is_watch && watch::starts_expired(&*backend, target.resource, &query))
-        && let Err(e) = backend.admit(&verb, target.resource)
+        && let Err(e) = backend.admit(
+            &verb,
+            target.resource,
+            verb == "LIST" || watch::reads_state(&query),
+        )
     {
         backend.request_done(&verb, plural, e.code, &ua, 0, format.content_type());
         return out.error(e);

@@ -90,10 +90,10 @@ fn start_mode(q: &Query) -> Result<Start, ApiError> {
     }
 }
 
-/// Whether a watch asks to start after a version the log no longer holds: it will end with one
-/// ERROR event (410 Expired) at once.
-pub fn starts_expired<B: Backend + ?Sized>(backend: &B, r: ResId, q: &Query) -> bool {
-    matches!(start_mode(q), Ok(Start::After(rv)) if backend.events_after(r, rv, 0).is_err())
+/// Whether a watch starts with the current state (initial events: a list in all but name), rather
+/// than from a resourceVersion or from now.
+pub fn reads_state(q: &Query) -> bool {
+    matches!(start_mode(q), Ok(Start::InitialEvents { .. }))
 }
 
 /// Validates the request and starts the watch task; errors before the stream starts are plain Status
