@@ -85,7 +85,7 @@ impl Cache {
                 resource: r.clone(),
                 watch_kind: WatchKind::of_resource(r),
                 // Without watchers, one event is kept (removals always record theirs).
-                log: RwLock::new(ResourceLog::new(if recording { window } else { 1 })),
+                log: RwLock::new(ResourceLog::new(r, if recording { window } else { 1 })),
                 rv_tx: watch::Sender::new(0),
                 status: FeedStatus::default(),
             })
@@ -318,8 +318,8 @@ mod tests {
         Arc::new(Entry {
             key: ("default".into(), name.into()),
             rv,
-            labels: BTreeMap::new(),
-            fields: vec![],
+            labels: Default::default(),
+            fields: Default::default(),
             uid_hash: 0,
             bytes: Bytes::from(format!(
                 r#"{{"metadata":{{"name":"{name}","namespace":"default","resourceVersion":"{rv}"}},"data":{{"v":"{v}"}}}}"#

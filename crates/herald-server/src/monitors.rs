@@ -460,7 +460,7 @@ fn read_prometheus(
 }
 
 /// Labels of every namespace herald caches (for namespace label selectors).
-fn namespace_labels(shared: &Shared) -> BTreeMap<String, BTreeMap<String, String>> {
+fn namespace_labels(shared: &Shared) -> BTreeMap<String, kube_face::Labels> {
     let Some(r) = cached(shared, "", "namespaces") else {
         return BTreeMap::new();
     };
@@ -522,7 +522,7 @@ pub fn build_views(shared: &Shared, cfg: &MonitorsConfig) -> Views {
         ) => namespace_labels(shared),
         _ => BTreeMap::new(),
     };
-    let no_labels = BTreeMap::new();
+    let no_labels = kube_face::Labels::new();
     let kinds: [(&str, MonitorKind, &Option<Selection>, MonitorFn); 2] = [
         (
             "servicemonitors",

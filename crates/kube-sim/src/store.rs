@@ -61,7 +61,7 @@ impl Store {
                 rv: 0,
                 kinds: Kind::ALL
                     .iter()
-                    .map(|k| (*k, ResourceLog::new(window)))
+                    .map(|k| (*k, ResourceLog::new(&k.resource(), window)))
                     .collect(),
                 controllers: EndpointsControllers::new(),
                 uid_seq: 0,
@@ -341,7 +341,7 @@ impl Store {
         let bytes = Bytes::from(serde_json::to_vec(&value).expect("a Value always serializes"));
         let (labels, fields) = match kube_face::scan::head(&self.resources[&kind], &bytes) {
             Ok(h) => (h.labels, h.fields),
-            Err(_) => (BTreeMap::new(), vec![]),
+            Err(_) => Default::default(),
         };
         let entry = Arc::new(Entry {
             key,

@@ -144,7 +144,7 @@ fn an_exact_list_rewinds_to_the_state_at_that_version() {
         .expect("in window");
     assert_eq!(names(&past), ["a/x", "b/y"]);
     assert_eq!(past.rv, then);
-    assert_eq!(past.items[0].labels["app"], "old");
+    assert_eq!(past.items[0].labels.get("app"), Some("old"));
     let now = s
         .list(
             Kind::ConfigMap,
