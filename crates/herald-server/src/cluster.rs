@@ -415,7 +415,7 @@ impl Stored {
                 labels,
                 fields,
                 uid_hash,
-                bytes,
+                bytes: bytes.into(),
                 proto: Default::default(),
             }),
             Slim::whole(slim),

@@ -397,7 +397,7 @@ fn from_prometheus(
         log.get_parts(pns, pname)
             .ok_or_else(|| NoSelection::Missing(format!("Prometheus {pns}/{pname} not found")))?
             .bytes
-            .clone()
+            .to_bytes()
     };
     read_prometheus(cfg, (pns, pname), &bytes).map_err(NoSelection::Invalid)
 }
@@ -553,7 +553,7 @@ pub fn build_views(shared: &Shared, cfg: &MonitorsConfig) -> Views {
                 continue;
             }
             views.monitors += 1;
-            let obj: serde_json::Value = match serde_json::from_slice(&entry.bytes) {
+            let obj: serde_json::Value = match serde_json::from_slice(&entry.bytes.get()) {
                 Ok(v) => v,
                 Err(e) => {
                     views

@@ -25,7 +25,7 @@ pub mod watch;
 
 pub use backend::{Backend, NoopObserver, WatchObserver, WatchSettings, WriteRequest};
 pub use log::{Entry, Event, EventType, Key, ListAt, Page, ResourceLog, StoreError, event_line};
-pub use packed::{Fields, Labels};
+pub use packed::{Fields, Json, Labels};
 pub use resource::{Catalog, ResId, Resource};
 pub use serve::{json_response, router};
 pub use shard::ShardSelector;

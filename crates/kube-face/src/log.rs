@@ -12,7 +12,7 @@ use std::sync::{Arc, OnceLock};
 
 use bytes::Bytes;
 
-use crate::packed::{Fields, Labels};
+use crate::packed::{Fields, Json, Labels};
 use crate::resource::Resource;
 
 /// (namespace, name); namespace is "" for cluster-scoped resources. Ordered as the apiserver lists:
@@ -30,8 +30,9 @@ pub struct Entry {
     /// 64-bit FNV-1a of `metadata.uid`: where a `shardSelector` on the uid places the object
     /// (`shard::fnv1a64`; the uid never changes across an object's versions).
     pub uid_hash: u64,
-    /// The object as JSON, resourceVersion included: what list, get and watch send.
-    pub bytes: Bytes,
+    /// The object as JSON, resourceVersion included: what list, get and watch send (held
+    /// LZ4-compressed by herald's face, see `Json`).
+    pub bytes: Json,
     /// The object in protobuf (its message, without the envelope), encoded from `bytes` the first
     /// time a client asks for protobuf and shared by every list, get and watch after that.
     pub proto: OnceLock<Bytes>,
@@ -42,7 +43,7 @@ impl Entry {
     pub fn proto(&self, msg: crate::proto::MsgId) -> &Bytes {
         self.proto.get_or_init(|| {
             crate::proto::count_encoded();
-            Bytes::from(crate::proto::schema().encode(msg, &self.bytes))
+            Bytes::from(crate::proto::schema().encode(msg, &self.bytes.get()))
         })
     }
 
@@ -320,7 +321,8 @@ impl ResourceLog {
     }
 
     fn record(&mut self, ty: EventType, obj: Arc<Entry>, prev: Option<Arc<Entry>>) {
-        let line = event_line(ty.as_str(), &obj.bytes);
+        // NB: the one decompression of an event's object: every watcher shares the line.
+        let line = event_line(ty.as_str(), &obj.bytes.get());
         self.history.push_back(Arc::new(Event {
             rv: obj.rv,
             ty,
@@ -506,9 +508,10 @@ mod tests {
             labels: Labels::new(),
             fields: Fields::default(),
             uid_hash: crate::shard::fnv1a64(name.as_bytes()),
-            bytes: Bytes::from(format!(
-                r#"{{"metadata":{{"name":"{name}","resourceVersion":"{rv}"}}}}"#
-            )),
+            bytes: Json::compress(
+                format!(r#"{{"metadata":{{"name":"{name}","resourceVersion":"{rv}"}}}}"#)
+                    .as_bytes(),
+            ),
             proto: Default::default(),
         })
     }

@@ -1,5 +1,5 @@
-//! Compact forms of what a store keeps per object besides its JSON: its labels ([`Labels`]) and its
-//! field-selector values ([`Fields`]).
+//! Compact forms of what a store keeps per object: its labels ([`Labels`]), its field-selector values
+//! ([`Fields`]) and its JSON ([`Json`]).
 //!
 //! NB: written by hand for memory. A store holds these for every object of a cluster: as a
 //! `BTreeMap<String, String>` a pod's labels took a ~540-byte map node plus two allocations per
@@ -7,9 +7,11 @@
 //! k8s-limits shape). Packed, each is two allocations: the strings back to back in one buffer, and
 //! where each ends.
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::fmt;
 
+use bytes::Bytes;
 use kube_selectors::LabelSet;
 
 /// Strings stored back to back in one buffer; `ends[i]` is where string `i` ends.
@@ -195,6 +197,134 @@ impl fmt::Debug for Fields {
     }
 }
 
+/// An object's JSON as a store holds it: as received (`plain`), or LZ4-compressed (`compress`,
+/// about half the size for Kubernetes objects) and decompressed each time it is read.
+#[derive(Clone)]
+pub struct Json(Repr);
+
+#[derive(Clone)]
+enum Repr {
+    Plain(Bytes),
+    /// An LZ4 block and the length it decompresses to.
+    Lz4 {
+        block: Box<[u8]>,
+        len: u32,
+    },
+}
+
+impl Json {
+    /// The bytes as they are.
+    pub fn plain(bytes: Bytes) -> Json {
+        Json(Repr::Plain(bytes))
+    }
+
+    /// The bytes compressed (empty ones stay plain: nothing to save).
+    pub fn compress(bytes: &[u8]) -> Json {
+        match u32::try_from(bytes.len()) {
+            Ok(len) if len > 0 => Json(Repr::Lz4 {
+                block: lz4_flex::block::compress(bytes).into_boxed_slice(),
+                len,
+            }),
+            _ => Json(Repr::Plain(Bytes::copy_from_slice(bytes))),
+        }
+    }
+
+    /// Other bytes held in this one's form (a changed version of the same object).
+    pub fn like(&self, bytes: Vec<u8>) -> Json {
+        match self.0 {
+            Repr::Plain(_) => Json::plain(Bytes::from(bytes)),
+            Repr::Lz4 { .. } => Json::compress(&bytes),
+        }
+    }
+
+    pub fn is_compressed(&self) -> bool {
+        matches!(self.0, Repr::Lz4 { .. })
+    }
+
+    /// The length of the JSON (not of its compressed form).
+    pub fn len(&self) -> usize {
+        match &self.0 {
+            Repr::Plain(b) => b.len(),
+            Repr::Lz4 { len, .. } => *len as usize,
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// What the store holds for it (the compressed size when compressed).
+    pub fn held_len(&self) -> usize {
+        match &self.0 {
+            Repr::Plain(b) => b.len(),
+            Repr::Lz4 { block, .. } => block.len(),
+        }
+    }
+
+    /// The JSON: borrowed when plain, decompressed otherwise.
+    pub fn get(&self) -> Cow<'_, [u8]> {
+        match &self.0 {
+            Repr::Plain(b) => Cow::Borrowed(b),
+            Repr::Lz4 { len, .. } => {
+                let mut out = Vec::with_capacity(*len as usize);
+                self.append_to(&mut out);
+                Cow::Owned(out)
+            }
+        }
+    }
+
+    /// The JSON as `Bytes` (shared, not copied, when plain).
+    pub fn to_bytes(&self) -> Bytes {
+        match &self.0 {
+            Repr::Plain(b) => b.clone(),
+            Repr::Lz4 { .. } => Bytes::from(self.get().into_owned()),
+        }
+    }
+
+    /// Appends the JSON to `out`: a list decompresses each object straight into its body.
+    pub fn append_to(&self, out: &mut Vec<u8>) {
+        match &self.0 {
+            Repr::Plain(b) => out.extend_from_slice(b),
+            Repr::Lz4 { block, len } => {
+                let start = out.len();
+                out.resize(start + *len as usize, 0);
+                // The block was compressed from `len` bytes here: it decompresses to exactly that.
+                let n = lz4_flex::block::decompress_into(block, &mut out[start..])
+                    .expect("a block this store compressed decompresses");
+                debug_assert_eq!(n, *len as usize);
+            }
+        }
+    }
+}
+
+impl From<Bytes> for Json {
+    fn from(bytes: Bytes) -> Json {
+        Json::plain(bytes)
+    }
+}
+
+impl PartialEq for Json {
+    fn eq(&self, other: &Json) -> bool {
+        match (&self.0, &other.0) {
+            (Repr::Plain(a), Repr::Plain(b)) => a == b,
+            // LZ4 compression is deterministic, so equal blocks mean equal JSON and the converse.
+            (Repr::Lz4 { block: a, .. }, Repr::Lz4 { block: b, .. }) => a == b,
+            _ => self.len() == other.len() && self.get() == other.get(),
+        }
+    }
+}
+
+impl Eq for Json {}
+
+impl fmt::Debug for Json {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Json")
+            .field("len", &self.len())
+            .field("held", &self.held_len())
+            .finish()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -286,6 +416,38 @@ mod tests {
         assert_ne!(f, Fields::new(NAMES, ["n1", "x", "false"]));
         let none = Fields::default();
         assert!(none.is_empty() && none.get("spec.nodeName").is_none());
+    }
+
+    #[test]
+    fn json_reads_back_as_given_compressed_or_not() {
+        let raw = br#"{"metadata":{"name":"a","labels":{"app":"web","app2":"web"}},"spec":{}}"#;
+        let (plain, lz4) = (Json::plain(Bytes::from_static(raw)), Json::compress(raw));
+        assert!(lz4.is_compressed() && !plain.is_compressed());
+        for j in [&plain, &lz4] {
+            assert_eq!(j.len(), raw.len());
+            assert_eq!(&*j.get(), raw);
+            assert_eq!(&j.to_bytes()[..], raw);
+            let mut out = b"[".to_vec();
+            j.append_to(&mut out);
+            assert_eq!(&out[1..], raw);
+        }
+        assert_eq!(plain, lz4);
+        assert_eq!(lz4, Json::compress(raw));
+        assert_ne!(lz4, Json::compress(b"{}"));
+        assert_ne!(plain, Json::compress(b"{}"));
+        assert!(lz4.like(b"{}".to_vec()).is_compressed());
+        assert_eq!(&*plain.like(b"{}".to_vec()).get(), b"{}");
+        let empty = Json::compress(b"");
+        assert!(empty.is_empty() && empty.get().is_empty());
+    }
+
+    proptest! {
+        #[test]
+        fn compressed_json_round_trips(raw in proptest::collection::vec(any::<u8>(), 0..600)) {
+            let j = Json::compress(&raw);
+            prop_assert_eq!(&*j.get(), &raw[..]);
+            prop_assert_eq!(j, Json::plain(Bytes::from(raw)));
+        }
     }
 
     proptest! {
