@@ -11,7 +11,6 @@ use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
-use bytes::Bytes;
 use kube_face::{Catalog, Entry, Key, ResId, Resource, ResourceLog};
 use tokio::sync::watch;
 use tokio::time::Instant;
@@ -85,7 +84,7 @@ impl Cache {
                 resource: r.clone(),
                 watch_kind: WatchKind::of_resource(r),
                 // Without watchers, one event is kept (removals always record theirs).
-                log: RwLock::new(ResourceLog::new(if recording { window } else { 1 })),
+                log: RwLock::new(ResourceLog::new(r, if recording { window } else { 1 })),
                 rv_tx: watch::Sender::new(0),
                 status: FeedStatus::default(),
             })
@@ -281,8 +280,8 @@ impl Cache {
                 log.upsert(e, record);
             }
             for old in gone {
-                let bytes = kube_face::scan::with_resource_version(&old.bytes, list_rv)
-                    .map(Bytes::from)
+                let bytes = kube_face::scan::with_resource_version(&old.bytes.get(), list_rv)
+                    .map(|b| old.bytes.like(b))
                     .unwrap_or_else(|| old.bytes.clone());
                 log.remove(Arc::new(Entry {
                     key: old.key.clone(),
@@ -318,12 +317,12 @@ mod tests {
         Arc::new(Entry {
             key: ("default".into(), name.into()),
             rv,
-            labels: BTreeMap::new(),
-            fields: vec![],
+            labels: Default::default(),
+            fields: Default::default(),
             uid_hash: 0,
-            bytes: Bytes::from(format!(
+            bytes: kube_face::Json::compress(format!(
                 r#"{{"metadata":{{"name":"{name}","namespace":"default","resourceVersion":"{rv}"}},"data":{{"v":"{v}"}}}}"#
-            )),
+            ).as_bytes()),
             proto: Default::default(),
         })
     }
@@ -390,7 +389,7 @@ mod tests {
                 (EventType::Deleted, "b", 20),
             ]
         );
-        let deleted = std::str::from_utf8(&events[2].obj.bytes).expect("utf8");
+        let deleted = String::from_utf8(events[2].obj.bytes.get().into_owned()).expect("utf8");
         assert!(deleted.contains(r#""resourceVersion":"20""#), "{deleted}");
         assert_eq!(cache.resource_version(0), 20);
     }

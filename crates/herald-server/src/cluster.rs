@@ -401,7 +401,11 @@ impl Stored {
         let head = kube_face::scan::head(&obj.kind().resource(), &bytes);
         let (labels, fields, uid_hash) = match head {
             Ok(h) => (h.labels, h.fields, h.uid_hash),
-            Err(_) => (obj.labels().clone(), vec![], kube_face::shard::fnv1a64(b"")),
+            Err(_) => (
+                kube_face::Labels::from(obj.labels()),
+                kube_face::Fields::default(),
+                kube_face::shard::fnv1a64(b""),
+            ),
         };
         let key = obj.key();
         Stored::from_parts(
@@ -411,7 +415,7 @@ impl Stored {
                 labels,
                 fields,
                 uid_hash,
-                bytes,
+                bytes: bytes.into(),
                 proto: Default::default(),
             }),
             Slim::whole(slim),
@@ -423,7 +427,7 @@ impl Stored {
         Stored { entry, slim }
     }
 
-    pub fn labels(&self) -> &BTreeMap<String, String> {
+    pub fn labels(&self) -> &kube_face::Labels {
         &self.entry.labels
     }
 
@@ -755,7 +759,7 @@ mod tests {
         assert_eq!(
             cluster
                 .get(WatchKind::Pod, &key("a"))
-                .map(|s| s.labels()["app"].as_str()),
+                .and_then(|s| s.labels().get("app")),
             Some("web")
         );
     }

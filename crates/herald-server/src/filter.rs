@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use herald_core::config::Selector;
 use herald_core::{AttachMetadata, Job, JobRelabel, Role};
-use kube_selectors::{FieldSelector, LabelSelector};
+use kube_selectors::{FieldSelector, LabelSelector, LabelSet};
 
 use crate::cluster::{Object, WatchKind};
 
@@ -138,7 +138,7 @@ impl JobFilter {
         &self,
         kind: WatchKind,
         namespace: &str,
-        labels: &BTreeMap<String, String>,
+        labels: &(impl LabelSet + ?Sized),
         field: impl Fn(&str) -> Option<String>,
     ) -> bool {
         self.admission(kind, namespace, labels, field).is_ok()
@@ -150,7 +150,7 @@ impl JobFilter {
         &self,
         kind: WatchKind,
         namespace: &str,
-        labels: &BTreeMap<String, String>,
+        labels: &(impl LabelSet + ?Sized),
         field: impl Fn(&str) -> Option<String>,
     ) -> Result<(), Refusal<'_>> {
         if kind.namespaced()

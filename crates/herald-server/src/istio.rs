@@ -75,7 +75,7 @@ fn read(shared: &Shared, r: ResId, root_namespace: &str) -> (Policies, Vec<Strin
     let mut all = Vec::new();
     let mut problems = Vec::new();
     for entry in log.values() {
-        let decoded = serde_json::from_slice::<serde_json::Value>(&entry.bytes)
+        let decoded = serde_json::from_slice::<serde_json::Value>(&entry.bytes.get())
             .map_err(|e| {
                 format!(
                     "PeerAuthentication {}/{}: not JSON: {e}",

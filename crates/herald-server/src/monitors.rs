@@ -397,7 +397,7 @@ fn from_prometheus(
         log.get_parts(pns, pname)
             .ok_or_else(|| NoSelection::Missing(format!("Prometheus {pns}/{pname} not found")))?
             .bytes
-            .clone()
+            .to_bytes()
     };
     read_prometheus(cfg, (pns, pname), &bytes).map_err(NoSelection::Invalid)
 }
@@ -460,7 +460,7 @@ fn read_prometheus(
 }
 
 /// Labels of every namespace herald caches (for namespace label selectors).
-fn namespace_labels(shared: &Shared) -> BTreeMap<String, BTreeMap<String, String>> {
+fn namespace_labels(shared: &Shared) -> BTreeMap<String, kube_face::Labels> {
     let Some(r) = cached(shared, "", "namespaces") else {
         return BTreeMap::new();
     };
@@ -522,7 +522,7 @@ pub fn build_views(shared: &Shared, cfg: &MonitorsConfig) -> Views {
         ) => namespace_labels(shared),
         _ => BTreeMap::new(),
     };
-    let no_labels = BTreeMap::new();
+    let no_labels = kube_face::Labels::new();
     let kinds: [(&str, MonitorKind, &Option<Selection>, MonitorFn); 2] = [
         (
             "servicemonitors",
@@ -553,7 +553,7 @@ pub fn build_views(shared: &Shared, cfg: &MonitorsConfig) -> Views {
                 continue;
             }
             views.monitors += 1;
-            let obj: serde_json::Value = match serde_json::from_slice(&entry.bytes) {
+            let obj: serde_json::Value = match serde_json::from_slice(&entry.bytes.get()) {
                 Ok(v) => v,
                 Err(e) => {
                     views

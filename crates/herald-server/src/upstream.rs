@@ -15,7 +15,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use herald_core::slim;
 use kube_face::scan::{Head, ScanError, head_with, strip_managed_fields};
-use kube_face::{Entry, Key, ResId, Resource};
+use kube_face::{Entry, Json, Key, ResId, Resource};
 use serde::Deserialize;
 use serde_json::value::RawValue;
 use tokio::task::JoinHandle;
@@ -345,12 +345,16 @@ impl Feed {
     }
 
     /// What an entry keeps of the upstream JSON: all of it but managedFields when the Kubernetes API
-    /// face serves it, nothing otherwise (discovery reads the projection).
-    fn kept_bytes(&self, raw: &[u8]) -> Bytes {
-        if self.shared.cache.keeps_bytes() || self.kind.is_none() {
-            Bytes::from(strip_managed_fields(raw).into_owned())
+    /// face serves it (LZ4-compressed: see `kube_face::Json` and DESIGN-NOTES "Face memory per
+    /// object"), nothing otherwise (discovery reads the projection) unless discovery has no
+    /// projection of the kind (then as received: monitors read it).
+    fn kept_bytes(&self, raw: &[u8]) -> Json {
+        if self.shared.cache.keeps_bytes() {
+            Json::compress(&strip_managed_fields(raw))
+        } else if self.kind.is_none() {
+            Json::plain(Bytes::from(strip_managed_fields(raw).into_owned()))
         } else {
-            Bytes::new()
+            Json::plain(Bytes::new())
         }
     }
 
@@ -786,7 +790,7 @@ mod tests {
             .expect("a kept");
         assert_eq!(a.rv, 5, "a keeps its last good version");
         assert!(
-            !String::from_utf8_lossy(&a.bytes).contains("managedFields"),
+            !String::from_utf8_lossy(&a.bytes.get()).contains("managedFields"),
             "managedFields are dropped"
         );
         assert!(shared.cache.read(r).get_parts("default", "bad").is_none());

@@ -5,13 +5,14 @@
 //!
 //! Layers: `resource` (what is served), `log` (one resource's objects and bounded event history,
 //! with apiserver list/watch resourceVersion semantics), `request` (paths and query parameters),
-//! `shard` (KEP-5866 shardSelector), `proto` (the protobuf wire format), `status` (metav1.Status errors), `discovery`/`openapi`/`table` (documents), `serve` (the HTTP
+//! `packed` (compact labels and field values), `shard` (KEP-5866 shardSelector), `proto` (the protobuf wire format), `status` (metav1.Status errors), `discovery`/`openapi`/`table` (documents), `serve` (the HTTP
 //! handler), `watch` (one watch stream), `scan` (byte-level helpers for raw upstream JSON).
 
 pub mod backend;
 pub mod discovery;
 pub mod log;
 pub mod openapi;
+pub mod packed;
 pub mod proto;
 pub mod request;
 pub mod resource;
@@ -24,6 +25,7 @@ pub mod watch;
 
 pub use backend::{Backend, NoopObserver, WatchObserver, WatchSettings, WriteRequest};
 pub use log::{Entry, Event, EventType, Key, ListAt, Page, ResourceLog, StoreError, event_line};
+pub use packed::{Fields, Json, Labels};
 pub use resource::{Catalog, ResId, Resource};
 pub use serve::{json_response, router};
 pub use shard::ShardSelector;

@@ -5,11 +5,15 @@
 //! The log does not own a resourceVersion counter: kube-sim stamps one global counter (as etcd does),
 //! herald passes its upstream's versions through. Callers pass the current version where it matters.
 
+use std::borrow::Borrow;
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::ops::Bound;
 use std::sync::{Arc, OnceLock};
 
 use bytes::Bytes;
+
+use crate::packed::{Fields, Json, Labels};
+use crate::resource::Resource;
 
 /// (namespace, name); namespace is "" for cluster-scoped resources. Ordered as the apiserver lists:
 /// by namespace, then name.
@@ -20,14 +24,15 @@ pub type Key = (String, String);
 pub struct Entry {
     pub key: Key,
     pub rv: u64,
-    pub labels: BTreeMap<String, String>,
+    pub labels: Labels,
     /// Field-selector values beyond metadata.name/namespace (e.g. spec.nodeName for pods).
-    pub fields: Vec<(&'static str, String)>,
+    pub fields: Fields,
     /// 64-bit FNV-1a of `metadata.uid`: where a `shardSelector` on the uid places the object
     /// (`shard::fnv1a64`; the uid never changes across an object's versions).
     pub uid_hash: u64,
-    /// The object as JSON, resourceVersion included: what list, get and watch send.
-    pub bytes: Bytes,
+    /// The object as JSON, resourceVersion included: what list, get and watch send (held
+    /// LZ4-compressed by herald's face, see `Json`).
+    pub bytes: Json,
     /// The object in protobuf (its message, without the envelope), encoded from `bytes` the first
     /// time a client asks for protobuf and shared by every list, get and watch after that.
     pub proto: OnceLock<Bytes>,
@@ -38,7 +43,7 @@ impl Entry {
     pub fn proto(&self, msg: crate::proto::MsgId) -> &Bytes {
         self.proto.get_or_init(|| {
             crate::proto::count_encoded();
-            Bytes::from(crate::proto::schema().encode(msg, &self.bytes))
+            Bytes::from(crate::proto::schema().encode(msg, &self.bytes.get()))
         })
     }
 
@@ -54,11 +59,7 @@ impl Entry {
         match field {
             "metadata.name" => Some(self.key.1.clone()),
             "metadata.namespace" => Some(self.key.0.clone()),
-            f => self
-                .fields
-                .iter()
-                .find(|(k, _)| *k == f)
-                .map(|(_, v)| v.clone()),
+            f => self.fields.get(f).map(str::to_string),
         }
     }
 }
@@ -173,12 +174,45 @@ pub fn indexed_value(sel: &kube_selectors::FieldSelector) -> Option<&str> {
         .map(|r| r.value.as_str())
 }
 
+/// An entry ordered and looked up by its key. NB: sets of these stand for maps from the key to the
+/// entry without a second copy of the key (48 bytes and two allocations per object).
+#[derive(Debug, Clone)]
+struct ByKey(Arc<Entry>);
+
+impl Borrow<Key> for ByKey {
+    fn borrow(&self) -> &Key {
+        &self.0.key
+    }
+}
+
+impl PartialEq for ByKey {
+    fn eq(&self, other: &ByKey) -> bool {
+        self.0.key == other.0.key
+    }
+}
+
+impl Eq for ByKey {}
+
+impl PartialOrd for ByKey {
+    fn partial_cmp(&self, other: &ByKey) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for ByKey {
+    fn cmp(&self, other: &ByKey) -> std::cmp::Ordering {
+        self.0.key.cmp(&other.0.key)
+    }
+}
+
 /// A resource's current objects and its recent history.
 #[derive(Debug)]
 pub struct ResourceLog {
-    objects: BTreeMap<Key, Arc<Entry>>,
-    /// The current objects' keys by their [`INDEXED_FIELD`] value (objects without it are absent).
-    by_indexed: HashMap<String, BTreeSet<Key>>,
+    /// The current objects by key.
+    objects: BTreeSet<ByKey>,
+    /// The current objects by their [`INDEXED_FIELD`] value (objects without it are absent); `None`
+    /// for resources without that field.
+    by_indexed: Option<HashMap<Box<str>, BTreeSet<ByKey>>>,
     history: VecDeque<Arc<Event>>,
     /// Every event with rv > horizon is in `history`; a watch or exact list from an RV below it is
     /// expired.
@@ -189,10 +223,15 @@ pub struct ResourceLog {
 }
 
 impl ResourceLog {
-    pub fn new(window: usize) -> ResourceLog {
+    /// The log of `resource`'s objects, keeping `window` events; it indexes [`INDEXED_FIELD`] when
+    /// the resource has that field.
+    pub fn new(resource: &Resource, window: usize) -> ResourceLog {
         ResourceLog {
-            objects: BTreeMap::new(),
-            by_indexed: HashMap::new(),
+            objects: BTreeSet::new(),
+            by_indexed: resource
+                .extra_fields
+                .contains(&INDEXED_FIELD)
+                .then(HashMap::new),
             history: VecDeque::new(),
             horizon: 0,
             window: window.max(1),
@@ -208,18 +247,18 @@ impl ResourceLog {
     }
 
     pub fn get(&self, key: &Key) -> Option<&Arc<Entry>> {
-        self.objects.get(key)
+        self.objects.get(key).map(|e| &e.0)
     }
 
     pub fn get_parts(&self, namespace: &str, name: &str) -> Option<&Arc<Entry>> {
         // NB: BTreeMap<(String, String)> cannot be probed with borrowed parts; objects per namespace
         // are few enough that a range scan would cost more than this allocation.
-        self.objects.get(&(namespace.to_string(), name.to_string()))
+        self.get(&(namespace.to_string(), name.to_string()))
     }
 
     /// Current objects in key order.
     pub fn values(&self) -> impl Iterator<Item = &Arc<Entry>> {
-        self.objects.values()
+        self.objects.iter().map(|e| &e.0)
     }
 
     /// The newest event's RV, or the horizon when the history is empty.
@@ -234,17 +273,26 @@ impl ResourceLog {
     /// Stores `entry` as the object's current state; `record`: add the change to the history (ADDED
     /// or MODIFIED). Returns the previous state.
     pub fn upsert(&mut self, entry: Arc<Entry>, record: bool) -> Option<Arc<Entry>> {
-        let prev = self.objects.insert(entry.key.clone(), entry.clone());
-        let (was, now) = (prev.as_deref().and_then(indexed), indexed(&entry));
-        if was != now {
-            if let Some(v) = was {
-                self.unindex(v, &entry.key);
+        let prev = self.objects.replace(ByKey(entry.clone())).map(|e| e.0);
+        if let Some(index) = &mut self.by_indexed {
+            let (was, now) = (prev.as_deref().and_then(indexed), indexed(&entry));
+            if let Some(v) = was
+                && was != now
+            {
+                unindex(index, v, &entry.key);
             }
             if let Some(v) = now {
-                self.by_indexed
-                    .entry(v.to_string())
-                    .or_default()
-                    .insert(entry.key.clone());
+                // NB: also when the value is unchanged: the index holds the current state, and
+                // must not keep the previous one alive.
+                let state = ByKey(entry.clone());
+                match index.get_mut(v) {
+                    Some(set) => {
+                        set.replace(state);
+                    }
+                    None => {
+                        index.insert(v.into(), BTreeSet::from([state]));
+                    }
+                }
             }
         }
         if record {
@@ -262,25 +310,19 @@ impl ResourceLog {
     /// RV (what the DELETED event carries). Returns the removed state, or None when it was absent
     /// (nothing is recorded then).
     pub fn remove(&mut self, deleted: Arc<Entry>) -> Option<Arc<Entry>> {
-        let prev = self.objects.remove(&deleted.key)?;
-        if let Some(v) = indexed(&prev) {
-            self.unindex(v, &deleted.key);
+        let prev = self.objects.take(&deleted.key)?.0;
+        if let Some(index) = &mut self.by_indexed
+            && let Some(v) = indexed(&prev)
+        {
+            unindex(index, v, &deleted.key);
         }
         self.record(EventType::Deleted, deleted, Some(prev.clone()));
         Some(prev)
     }
 
-    fn unindex(&mut self, value: &str, key: &Key) {
-        if let Some(keys) = self.by_indexed.get_mut(value) {
-            keys.remove(key);
-            if keys.is_empty() {
-                self.by_indexed.remove(value);
-            }
-        }
-    }
-
     fn record(&mut self, ty: EventType, obj: Arc<Entry>, prev: Option<Arc<Entry>>) {
-        let line = event_line(ty.as_str(), &obj.bytes);
+        // NB: the one decompression of an event's object: every watcher shares the line.
+        let line = event_line(ty.as_str(), &obj.bytes.get());
         self.history.push_back(Arc::new(Event {
             rv: obj.rv,
             ty,
@@ -323,7 +365,9 @@ impl ResourceLog {
     /// namespace, or all. `after`: the last key of the previous page. `indexed`: a value the
     /// selection requires of [`INDEXED_FIELD`] (see [`indexed_value`]), so only the objects indexed
     /// under it are read; `filter` still decides membership. `limit` counts matching items.
-    #[allow(clippy::too_many_arguments)]
+    // NB: `ByKey` orders by the entry's key alone, which never changes; the interior mutability
+    // clippy sees is the entry's protobuf cache (`OnceLock`), which the order does not read.
+    #[allow(clippy::too_many_arguments, clippy::mutable_key_type)]
     pub fn list(
         &self,
         current: u64,
@@ -351,10 +395,10 @@ impl ResourceLog {
                     });
                 }
                 // Undo, newest first, every event after n: what remains per key is its state at n.
-                let mut overrides: BTreeMap<Key, Option<Arc<Entry>>> = BTreeMap::new();
+                let mut overrides: BTreeMap<&Key, Option<&Arc<Entry>>> = BTreeMap::new();
                 let start = self.history.partition_point(|e| e.rv <= n);
                 for e in self.history.range(start..).rev() {
-                    overrides.insert(e.obj.key.clone(), e.prev.clone());
+                    overrides.insert(&e.obj.key, e.prev.as_ref());
                 }
                 (n, overrides)
             }
@@ -371,22 +415,18 @@ impl ResourceLog {
         // rewound to an older state is in `overrides` whatever its value now, so the merge below
         // still sees every object that matched at `rv`.
         let none = BTreeSet::new();
-        let current: Box<dyn Iterator<Item = (&Key, &Arc<Entry>)>> = match indexed {
-            Some(v) => Box::new(
-                self.by_indexed
-                    .get(v)
-                    .unwrap_or(&none)
-                    .range((lower.clone(), Bound::Unbounded))
-                    .filter_map(|k| self.objects.get_key_value(k)),
-            ),
-            None => Box::new(self.objects.range((lower.clone(), Bound::Unbounded))),
+        let set = match (indexed, &self.by_indexed) {
+            (Some(v), Some(index)) => index.get(v).unwrap_or(&none),
+            _ => &self.objects,
         };
-        let current = current
+        let current = set
+            .range::<Key, _>((lower.clone(), Bound::Unbounded))
+            .map(|e| (&e.0.key, &e.0))
             .filter(|(k, _)| !overrides.contains_key(*k))
             .map(|(k, e)| (k, Some(e)));
         let rewound = overrides
-            .range((lower, Bound::Unbounded))
-            .map(|(k, e)| (k, e.as_ref()));
+            .range::<Key, _>((lower, Bound::Unbounded))
+            .map(|(k, e)| (*k, *e));
         let mut items = Vec::new();
         let mut next = None;
         let mut remaining = 0;
@@ -421,11 +461,16 @@ impl ResourceLog {
 
 /// An entry's [`INDEXED_FIELD`] value, if it has one.
 fn indexed(e: &Entry) -> Option<&str> {
-    e.fields
-        .iter()
-        .find(|(k, _)| *k == INDEXED_FIELD)
-        .map(|(_, v)| v.as_str())
-        .filter(|v| !v.is_empty())
+    e.fields.get(INDEXED_FIELD).filter(|v| !v.is_empty())
+}
+
+fn unindex(index: &mut HashMap<Box<str>, BTreeSet<ByKey>>, value: &str, key: &Key) {
+    if let Some(set) = index.get_mut(value) {
+        set.remove(key);
+        if set.is_empty() {
+            index.remove(value);
+        }
+    }
 }
 
 /// Merges two key-ordered sequences with disjoint keys.
@@ -454,23 +499,28 @@ where
 mod tests {
     use super::*;
 
+    fn cm() -> Resource {
+        Resource::builtin("configmaps").expect("configmaps")
+    }
+
     fn mk_entry(ns: &str, name: &str, rv: u64) -> Arc<Entry> {
         Arc::new(Entry {
             key: (ns.into(), name.into()),
             rv,
-            labels: BTreeMap::new(),
-            fields: vec![],
+            labels: Labels::new(),
+            fields: Fields::default(),
             uid_hash: crate::shard::fnv1a64(name.as_bytes()),
-            bytes: Bytes::from(format!(
-                r#"{{"metadata":{{"name":"{name}","resourceVersion":"{rv}"}}}}"#
-            )),
+            bytes: Json::compress(
+                format!(r#"{{"metadata":{{"name":"{name}","resourceVersion":"{rv}"}}}}"#)
+                    .as_bytes(),
+            ),
             proto: Default::default(),
         })
     }
 
     #[test]
     fn exact_lists_rewind_through_the_history_and_expire_past_the_window() {
-        let mut log = ResourceLog::new(3);
+        let mut log = ResourceLog::new(&cm(), 3);
         log.upsert(mk_entry("a", "x", 1), true);
         log.upsert(mk_entry("a", "y", 2), true);
         log.upsert(mk_entry("a", "x", 3), true);
@@ -494,7 +544,7 @@ mod tests {
 
     #[test]
     fn pages_follow_key_order_and_count_the_remainder() {
-        let mut log = ResourceLog::new(10);
+        let mut log = ResourceLog::new(&cm(), 10);
         for (i, n) in ["a", "b", "c", "d"].iter().enumerate() {
             log.upsert(mk_entry("ns", n, i as u64 + 1), false);
         }
@@ -523,13 +573,27 @@ mod tests {
 
     fn on_node(name: &str, node: &str, rv: u64) -> Arc<Entry> {
         let mut e = Arc::into_inner(mk_entry("ns", name, rv)).expect("fresh");
-        e.fields = vec![(INDEXED_FIELD, node.to_string())];
+        e.fields = Fields::new(&[INDEXED_FIELD], [node]);
         Arc::new(e)
     }
 
     #[test]
+    fn resources_without_the_field_keep_no_index_and_list_alike() {
+        let mut log = ResourceLog::new(&cm(), 10);
+        assert!(log.by_indexed.is_none());
+        log.upsert(on_node("a", "n1", 1), true);
+        log.upsert(on_node("b", "n2", 2), true);
+        let f = |e: &Entry| e.field(INDEXED_FIELD).as_deref() == Some("n1");
+        let page = log
+            .list(2, None, ListAt::Latest, None, None, Some("n1"), &f)
+            .unwrap();
+        assert_eq!(page.items.len(), 1);
+        assert_eq!(page.items[0].name(), "a");
+    }
+
+    #[test]
     fn a_list_by_node_name_reads_the_index_and_rewinds_through_moves() {
-        let mut log = ResourceLog::new(100);
+        let mut log = ResourceLog::new(&Resource::builtin("pods").expect("pods"), 100);
         log.upsert(on_node("a", "n1", 1), true);
         log.upsert(on_node("b", "n2", 2), true);
         log.upsert(on_node("c", "", 3), true);
@@ -576,6 +640,13 @@ mod tests {
             let b = log.list(6, None, at, None, None, None, &f).unwrap();
             assert_eq!(names(a), names(b), "{node}");
         }
+        // The index holds the current states only: replaced ones are not kept alive by it.
+        let d = log.get(&("ns".into(), "d".into())).unwrap().clone();
+        let d_weak = Arc::downgrade(&d);
+        drop(d);
+        log.upsert(on_node("d", "n1", 7), true);
+        log.compact(7);
+        assert_eq!(d_weak.strong_count(), 0, "the index dropped d's old state");
         let sel = kube_selectors::FieldSelector::parse("spec.nodeName=n1,status.phase!=x").unwrap();
         assert_eq!(indexed_value(&sel), Some("n1"));
         for unindexed in ["spec.nodeName=", "spec.nodeName!=n1", "metadata.name=a"] {

@@ -19,7 +19,7 @@ pub struct Resource {
     pub short_names: Vec<String>,
     /// Field selectors supported beyond `metadata.name` and `metadata.namespace`, as the apiserver's
     /// field label conversion functions allow them.
-    pub extra_fields: Vec<&'static str>,
+    pub extra_fields: &'static [&'static str],
 }
 
 /// (group, version, kind, plural, namespaced, short names, extra field selectors) of the built-in
@@ -258,7 +258,7 @@ impl Resource {
                 singular: singular_of(b.2),
                 namespaced: b.4,
                 short_names: b.5.iter().map(|s| s.to_string()).collect(),
-                extra_fields: b.6.to_vec(),
+                extra_fields: b.6,
             })
     }
 
@@ -278,7 +278,7 @@ impl Resource {
             singular: singular_of(kind),
             namespaced,
             short_names: vec![],
-            extra_fields: vec![],
+            extra_fields: &[],
         }
     }
 

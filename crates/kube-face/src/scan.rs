@@ -7,11 +7,13 @@
 //! allocations, while these helpers borrow from the input and copy only what they keep.
 
 use std::borrow::Cow;
-use std::collections::BTreeMap;
+use std::fmt;
 
 use serde::Deserialize;
+use serde::de::{MapAccess, Visitor};
 
 use crate::log::Key;
+use crate::packed::{Fields, Labels};
 use crate::resource::Resource;
 
 /// What a store indexes of one object.
@@ -19,8 +21,8 @@ use crate::resource::Resource;
 pub struct Head {
     pub key: Key,
     pub rv: u64,
-    pub labels: BTreeMap<String, String>,
-    pub fields: Vec<(&'static str, String)>,
+    pub labels: Labels,
+    pub fields: Fields,
     /// FNV-1a of `metadata.uid` ("" when absent), for `Entry::uid_hash`.
     pub uid_hash: u64,
 }
@@ -139,34 +141,39 @@ pub fn head_with(resource: &Resource, raw: &[u8], want: Wanted) -> Result<Head, 
             .map_err(|_| ScanError::BadResourceVersion(v.to_string()))?,
     };
     let labels = match h.metadata.labels {
-        Some(l) if want.labels => {
-            serde_json::from_str::<Option<BTreeMap<String, String>>>(l.get())?.unwrap_or_default()
-        }
-        _ => BTreeMap::new(),
+        Some(l) if want.labels => serde_json::from_str::<Option<RawLabels>>(l.get())?
+            .map_or_else(Labels::new, |l| Labels::from_pairs(l.0)),
+        _ => Labels::new(),
     };
-    let mut fields = Vec::new();
+    let mut fields = Fields::default();
     if want.fields && !resource.extra_fields.is_empty() {
         let sel: RawSelectable = serde_json::from_slice(raw)?;
         let spec = sel.spec.unwrap_or_default();
         let status = sel.status.unwrap_or_default();
-        let s = |v: &Option<Cow<str>>| v.as_deref().unwrap_or("").to_string();
-        for f in &resource.extra_fields {
-            let value = match *f {
+        fn s<'a>(v: &'a Option<Cow<str>>) -> &'a str {
+            v.as_deref().unwrap_or("")
+        }
+        let bool = |v: Option<bool>| if v.unwrap_or(false) { "true" } else { "false" };
+        let values: Vec<&str> = resource
+            .extra_fields
+            .iter()
+            .map(|f| match *f {
                 "spec.nodeName" => s(&spec.node_name),
                 "spec.restartPolicy" => s(&spec.restart_policy),
                 "spec.schedulerName" => s(&spec.scheduler_name),
                 "spec.serviceAccountName" => s(&spec.service_account_name),
-                "spec.hostNetwork" => spec.host_network.unwrap_or(false).to_string(),
-                "spec.unschedulable" => spec.unschedulable.unwrap_or(false).to_string(),
+                "spec.hostNetwork" => bool(spec.host_network),
+                "spec.unschedulable" => bool(spec.unschedulable),
                 "spec.clusterIP" => s(&spec.cluster_ip),
                 "spec.type" => s(&spec.type_),
                 "status.phase" => s(&status.phase),
                 "status.podIP" => s(&status.pod_ip),
                 "status.nominatedNodeName" => s(&status.nominated_node_name),
-                _ => continue,
-            };
-            fields.push((*f, value));
-        }
+                // Every field of `resource::BUILTINS` is read above (a test checks it).
+                _ => "",
+            })
+            .collect();
+        fields = Fields::new(resource.extra_fields, values);
     }
     Ok(Head {
         key: (ns, name.into_owned()),
@@ -175,6 +182,55 @@ pub fn head_with(resource: &Resource, raw: &[u8], want: Wanted) -> Result<Head, 
         fields,
         uid_hash: crate::shard::fnv1a64(h.metadata.uid.as_deref().unwrap_or("").as_bytes()),
     })
+}
+
+/// `metadata.labels` as read: (key, value) pairs borrowed from the input where no escape forbids it.
+/// NB: read by hand to skip the map a derived reader would build and drop per object.
+struct RawLabels<'a>(Vec<(Cow<'a, str>, Cow<'a, str>)>);
+
+impl<'de> Deserialize<'de> for RawLabels<'de> {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Pairs;
+        impl<'de> Visitor<'de> for Pairs {
+            type Value = RawLabels<'de>;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a map of strings")
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+                let mut pairs = Vec::with_capacity(map.size_hint().unwrap_or(8));
+                while let Some((k, v)) = map.next_entry::<CowStr, CowStr>()? {
+                    pairs.push((k.0, v.0));
+                }
+                Ok(RawLabels(pairs))
+            }
+        }
+        d.deserialize_map(Pairs)
+    }
+}
+
+/// A string borrowed when it has no escapes (serde's `Cow<str>` always copies).
+struct CowStr<'a>(Cow<'a, str>);
+
+impl<'de> Deserialize<'de> for CowStr<'de> {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct S;
+        impl<'de> Visitor<'de> for S {
+            type Value = CowStr<'de>;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a string")
+            }
+            fn visit_borrowed_str<E>(self, v: &'de str) -> Result<Self::Value, E> {
+                Ok(CowStr(Cow::Borrowed(v)))
+            }
+            fn visit_str<E>(self, v: &str) -> Result<Self::Value, E> {
+                Ok(CowStr(Cow::Owned(v.to_string())))
+            }
+            fn visit_string<E>(self, v: String) -> Result<Self::Value, E> {
+                Ok(CowStr(Cow::Owned(v)))
+            }
+        }
+        d.deserialize_str(S)
+    }
 }
 
 /// The object without `metadata.managedFields` (often its largest part, and never read by a
@@ -372,9 +428,11 @@ mod tests {
         let h = head(&pods, raw).expect("valid");
         assert_eq!(h.key, ("prod".to_string(), "web-1".to_string()));
         assert_eq!(h.rv, 42);
-        assert_eq!(h.labels.get("app").map(String::as_str), Some("web"));
-        assert!(h.fields.contains(&("spec.nodeName", "n1".to_string())));
-        assert!(h.fields.contains(&("status.phase", "Running".to_string())));
+        assert_eq!(h.labels.get("app"), Some("web"));
+        assert_eq!(h.fields.get("spec.nodeName"), Some("n1"));
+        assert_eq!(h.fields.get("status.phase"), Some("Running"));
+        assert_eq!(h.fields.get("spec.hostNetwork"), Some("false"));
+        assert_eq!(h.fields.get("status.podIP"), Some(""));
         assert!(matches!(
             head(&pods, br#"{"metadata":{"namespace":"a"}}"#),
             Err(ScanError::MissingName)
@@ -400,6 +458,44 @@ mod tests {
             head(&pods, br#"{"metadata":{"name":"a","labels":{"x":1}}}"#).is_err(),
             "wanted labels are type-checked"
         );
+    }
+
+    #[test]
+    fn labels_read_as_a_map_reads_them() {
+        let pods = Resource::builtin("pods").expect("pods");
+        let raw = br#"{"metadata":{"name":"a","labels":{"b":"2","a\/x":"\u0031","b":"3","":""}}}"#;
+        let h = head(&pods, raw).expect("valid");
+        let json: serde_json::Value = serde_json::from_slice(raw).expect("json");
+        let map: std::collections::BTreeMap<String, String> =
+            serde_json::from_value(json["metadata"]["labels"].clone()).expect("map");
+        assert_eq!(h.labels.to_map(), map);
+        assert_eq!(h.labels.get("a/x"), Some("1"));
+        assert_eq!(h.labels.get("b"), Some("3"));
+        for none in [
+            br#"{"metadata":{"name":"a","labels":null}}"#.as_slice(),
+            br#"{"metadata":{"name":"a","labels":{}}}"#,
+            br#"{"metadata":{"name":"a"}}"#,
+        ] {
+            assert!(head(&pods, none).expect("valid").labels.is_empty());
+        }
+        assert!(head(&pods, br#"{"metadata":{"name":"a","labels":{"x":null}}}"#).is_err());
+    }
+
+    #[test]
+    fn every_builtin_extra_field_is_read() {
+        // A pod with every field set to a value distinct from the default "": a field `head`
+        // does not read would come back empty.
+        let raw = br#"{"metadata":{"name":"a"},"spec":{"nodeName":"x","restartPolicy":"x",
+            "schedulerName":"x","serviceAccountName":"x","hostNetwork":true,"unschedulable":true,
+            "clusterIP":"x","type":"x"},"status":{"phase":"x","podIP":"x","nominatedNodeName":"x"}}"#;
+        for plural in ["pods", "nodes", "namespaces", "services"] {
+            let r = Resource::builtin(plural).expect("builtin");
+            let h = head(&r, raw).expect("valid");
+            assert_eq!(h.fields.iter().len(), r.extra_fields.len());
+            for (f, v) in h.fields.iter() {
+                assert!(!v.is_empty(), "{plural} {f}");
+            }
+        }
     }
 
     #[test]

@@ -334,7 +334,7 @@ async fn read<B: Backend>(backend: &B, target: &Target, q: &Query, out: &Out) ->
                 StatusCode::OK,
                 Bytes::from(proto::envelope(&out.api_version, &out.kind, e.proto(msg))),
             ),
-            None => (StatusCode::OK, e.bytes.clone()),
+            None => (StatusCode::OK, e.bytes.to_bytes()),
         })
         .ok_or_else(|| {
             ApiError::not_found(format!(
@@ -472,7 +472,7 @@ async fn list<B: Backend>(backend: &B, target: &Target, q: &Query, fmt: &Out) ->
         if i > 0 {
             out.push(b',');
         }
-        out.extend_from_slice(&e.bytes);
+        e.bytes.append_to(&mut out);
     }
     out.extend_from_slice(b"]}");
     Ok((StatusCode::OK, Bytes::from(out)))

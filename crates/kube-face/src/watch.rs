@@ -197,7 +197,7 @@ impl<B: Backend> Watch<B> {
                 ty,
                 &proto::envelope(&self.out.api_version, &self.out.kind, e.proto(msg)),
             ),
-            None => event_line(ty, &e.bytes),
+            None => event_line(ty, &e.bytes.get()),
         }
     }
 

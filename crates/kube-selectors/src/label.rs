@@ -26,6 +26,20 @@ pub enum Operator {
     LessThan,
 }
 
+/// What a selector reads of an object's labels: the value of one key. Implemented for the map
+/// typed objects carry and for stores' compact forms (kube-face's `Labels`), so one matcher serves
+/// both.
+pub trait LabelSet {
+    /// The value of label `key`, if the object has it.
+    fn label(&self, key: &str) -> Option<&str>;
+}
+
+impl LabelSet for BTreeMap<String, String> {
+    fn label(&self, key: &str) -> Option<&str> {
+        self.get(key).map(String::as_str)
+    }
+}
+
 /// One comma-separated term of a selector.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Requirement {
@@ -35,11 +49,12 @@ pub struct Requirement {
 }
 
 impl Requirement {
-    pub fn matches(&self, labels: &BTreeMap<String, String>) -> bool {
-        let value = labels.get(&self.key);
+    pub fn matches<L: LabelSet + ?Sized>(&self, labels: &L) -> bool {
+        let value = labels.label(&self.key);
+        let listed = |v: &str| self.values.iter().any(|x| x == v);
         match self.op {
-            Operator::Equals | Operator::In => value.is_some_and(|v| self.values.contains(v)),
-            Operator::NotEquals | Operator::NotIn => value.is_none_or(|v| !self.values.contains(v)),
+            Operator::Equals | Operator::In => value.is_some_and(listed),
+            Operator::NotEquals | Operator::NotIn => value.is_none_or(|v| !listed(v)),
             Operator::Exists => value.is_some(),
             Operator::DoesNotExist => value.is_none(),
             Operator::GreaterThan | Operator::LessThan => {
@@ -74,7 +89,7 @@ impl LabelSelector {
         self.requirements.is_empty()
     }
 
-    pub fn matches(&self, labels: &BTreeMap<String, String>) -> bool {
+    pub fn matches<L: LabelSet + ?Sized>(&self, labels: &L) -> bool {
         self.requirements.iter().all(|r| r.matches(labels))
     }
 

@@ -6,7 +6,7 @@ mod field;
 mod label;
 
 pub use field::{FieldRequirement, FieldSelector};
-pub use label::{LabelSelector, Operator, Requirement};
+pub use label::{LabelSelector, LabelSet, Operator, Requirement};
 
 /// A selector that does not parse. Messages name the offending part, as the apiserver's do.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

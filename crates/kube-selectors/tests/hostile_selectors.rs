@@ -40,7 +40,7 @@ proptest! {
         match LabelSelector::parse(&s) {
             Ok(sel) => {
                 // A parsed selector can be evaluated.
-                let _ = sel.matches(&Default::default());
+                let _ = sel.matches(&std::collections::BTreeMap::<String, String>::new());
             }
             Err(e) => {
                 let msg = e.to_string();

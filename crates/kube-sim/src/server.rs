@@ -134,7 +134,7 @@ impl Shared {
                     out.push(b',');
                 }
                 first = false;
-                out.extend_from_slice(&e.bytes);
+                e.bytes.append_to(&mut out);
             }
         }
         out.extend_from_slice(b"]}");

@@ -211,7 +211,9 @@ impl SimHandle {
             .all(kind)
             .1
             .iter()
-            .map(|e| serde_json::from_slice(&e.bytes).expect("stored bytes are JSON we encoded"))
+            .map(|e| {
+                serde_json::from_slice(&e.bytes.get()).expect("stored bytes are JSON we encoded")
+            })
             .collect()
     }
 

@@ -32,7 +32,7 @@ struct IdentityMeta {
 }
 
 fn identity(e: &Entry) -> IdentityMeta {
-    serde_json::from_slice::<Identity>(&e.bytes)
+    serde_json::from_slice::<Identity>(&e.bytes.get())
         .unwrap_or_default()
         .metadata
 }
@@ -61,7 +61,7 @@ impl Store {
                 rv: 0,
                 kinds: Kind::ALL
                     .iter()
-                    .map(|k| (*k, ResourceLog::new(window)))
+                    .map(|k| (*k, ResourceLog::new(&k.resource(), window)))
                     .collect(),
                 controllers: EndpointsControllers::new(),
                 uid_seq: 0,
@@ -341,7 +341,7 @@ impl Store {
         let bytes = Bytes::from(serde_json::to_vec(&value).expect("a Value always serializes"));
         let (labels, fields) = match kube_face::scan::head(&self.resources[&kind], &bytes) {
             Ok(h) => (h.labels, h.fields),
-            Err(_) => (BTreeMap::new(), vec![]),
+            Err(_) => Default::default(),
         };
         let entry = Arc::new(Entry {
             key,
@@ -349,7 +349,7 @@ impl Store {
             labels,
             fields,
             uid_hash,
-            bytes,
+            bytes: bytes.into(),
             proto: Default::default(),
         });
         inner
@@ -368,8 +368,8 @@ impl Store {
         inner.rv += 1;
         let rv = inner.rv;
         // The DELETED event carries the object's last state at the deletion's RV.
-        let bytes = kube_face::scan::with_resource_version(&prev.bytes, rv)
-            .map(Bytes::from)
+        let bytes = kube_face::scan::with_resource_version(&prev.bytes.get(), rv)
+            .map(|b| prev.bytes.like(b))
             .unwrap_or_else(|| prev.bytes.clone());
         let deleted = Arc::new(Entry {
             key: key.clone(),

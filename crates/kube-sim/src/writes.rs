@@ -88,7 +88,7 @@ fn put(
     } else {
         (store.update(kind, value)?, StatusCode::OK)
     };
-    Ok((code, entry.bytes.clone()))
+    Ok((code, entry.bytes.to_bytes()))
 }
 
 fn delete(store: &Store, kind: Kind, target: &Target, q: &Query) -> Reply {
@@ -102,8 +102,8 @@ fn delete(store: &Store, kind: Kind, target: &Target, q: &Query) -> Reply {
         let e = store
             .get(kind, ns, name)
             .ok_or_else(|| ApiError::not_found(format!("{} {name:?} not found", kind.plural())))?;
-        return Ok((StatusCode::OK, e.bytes.clone()));
+        return Ok((StatusCode::OK, e.bytes.to_bytes()));
     }
     let old = store.delete(kind, ns, name, None)?;
-    Ok((StatusCode::OK, old.bytes.clone()))
+    Ok((StatusCode::OK, old.bytes.to_bytes()))
 }

@@ -36,7 +36,7 @@ fn one_resource_version_counter_spans_all_kinds() {
     let n = s.create(Kind::Namespace, ns("c")).expect("create");
     assert_eq!(c.rv, rv0 + 1);
     assert_eq!(n.rv, rv0 + 2);
-    let stored: Value = serde_json::from_slice(&c.bytes).expect("json");
+    let stored: Value = serde_json::from_slice(&c.bytes.get()).expect("json");
     assert_eq!(
         stored["metadata"]["resourceVersion"],
         json!((rv0 + 1).to_string())
@@ -71,7 +71,7 @@ fn preconditions_give_the_apiserver_errors() {
         .update(Kind::ConfigMap, fresh)
         .expect("update with the current RV");
     let uid = |e: &Entry| {
-        serde_json::from_slice::<serde_json::Value>(&e.bytes).expect("json")["metadata"]["uid"]
+        serde_json::from_slice::<serde_json::Value>(&e.bytes.get()).expect("json")["metadata"]["uid"]
             .clone()
     };
     assert_eq!(uid(&second), uid(&first), "uid survives updates");
@@ -144,7 +144,7 @@ fn an_exact_list_rewinds_to_the_state_at_that_version() {
         .expect("in window");
     assert_eq!(names(&past), ["a/x", "b/y"]);
     assert_eq!(past.rv, then);
-    assert_eq!(past.items[0].labels["app"], "old");
+    assert_eq!(past.items[0].labels.get("app"), Some("old"));
     let now = s
         .list(
             Kind::ConfigMap,

@@ -1,0 +1,470 @@
+//! Compact forms of what a store keeps per object: its labels ([`Labels`]), its field-selector values
+//! ([`Fields`]) and its JSON ([`Json`]).
+//!
+//! NB: written by hand for memory. A store holds these for every object of a cluster: as a
+//! `BTreeMap<String, String>` a pod's labels took a ~540-byte map node plus two allocations per
+//! label, and its fields a `(&str, String)` per field plus one allocation each (~1.7 KB per pod at
+//! k8s-limits shape). Packed, each is two allocations: the strings back to back in one buffer, and
+//! where each ends.
+
+use std::borrow::Cow;
+use std::collections::BTreeMap;
+use std::fmt;
+
+use bytes::Bytes;
+use kube_selectors::LabelSet;
+
+/// Strings stored back to back in one buffer; `ends[i]` is where string `i` ends.
+#[derive(Clone, Default, PartialEq, Eq, Hash)]
+struct Strs {
+    buf: Box<str>,
+    ends: Box<[u32]>,
+}
+
+impl Strs {
+    fn collect<'a>(items: impl IntoIterator<Item = &'a str>) -> Strs {
+        let mut buf = String::new();
+        let mut ends = Vec::new();
+        for s in items {
+            buf.push_str(s);
+            // An object's labels and fields are part of it, and objects are far below 4 GiB.
+            ends.push(u32::try_from(buf.len()).expect("labels and fields below 4 GiB"));
+        }
+        Strs {
+            buf: buf.into_boxed_str(),
+            ends: ends.into_boxed_slice(),
+        }
+    }
+
+    fn len(&self) -> usize {
+        self.ends.len()
+    }
+
+    fn get(&self, i: usize) -> &str {
+        let start = match i {
+            0 => 0,
+            _ => self.ends[i - 1] as usize,
+        };
+        &self.buf[start..self.ends[i] as usize]
+    }
+}
+
+/// An object's labels: keys sorted and unique (as in the map they are read into), values alongside.
+/// Equal label sets compare equal.
+#[derive(Clone, Default, PartialEq, Eq, Hash)]
+pub struct Labels(
+    /// key 0, value 0, key 1, value 1, ...
+    Strs,
+);
+
+impl Labels {
+    /// No labels (allocates nothing).
+    pub fn new() -> Labels {
+        Labels::default()
+    }
+
+    /// Labels from (key, value) pairs in any order; of pairs with the same key the last one counts,
+    /// as when inserting them into a map in order.
+    pub fn from_pairs<K: AsRef<str>, V: AsRef<str>>(
+        pairs: impl IntoIterator<Item = (K, V)>,
+    ) -> Labels {
+        let mut pairs: Vec<(K, V)> = pairs.into_iter().collect();
+        // Stable: among equal keys the input order stays, so the last one is the one to keep.
+        pairs.sort_by(|a, b| a.0.as_ref().cmp(b.0.as_ref()));
+        let mut kept: Vec<(&str, &str)> = Vec::with_capacity(pairs.len());
+        for (k, v) in &pairs {
+            let (k, v) = (k.as_ref(), v.as_ref());
+            match kept.last_mut() {
+                Some(last) if last.0 == k => last.1 = v,
+                _ => kept.push((k, v)),
+            }
+        }
+        Labels(Strs::collect(kept.iter().flat_map(|(k, v)| [*k, *v])))
+    }
+
+    pub fn len(&self) -> usize {
+        self.0.len() / 2
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.0.len() == 0
+    }
+
+    fn key(&self, i: usize) -> &str {
+        self.0.get(2 * i)
+    }
+
+    fn value(&self, i: usize) -> &str {
+        self.0.get(2 * i + 1)
+    }
+
+    /// The value of label `key`.
+    pub fn get(&self, key: &str) -> Option<&str> {
+        // Keys are sorted: binary search over the even positions.
+        let (mut lo, mut hi) = (0, self.len());
+        while lo < hi {
+            let mid = lo + (hi - lo) / 2;
+            match self.key(mid).cmp(key) {
+                std::cmp::Ordering::Less => lo = mid + 1,
+                std::cmp::Ordering::Greater => hi = mid,
+                std::cmp::Ordering::Equal => return Some(self.value(mid)),
+            }
+        }
+        None
+    }
+
+    /// (key, value) in key order.
+    pub fn iter(&self) -> impl ExactSizeIterator<Item = (&str, &str)> + '_ {
+        (0..self.len()).map(|i| (self.key(i), self.value(i)))
+    }
+
+    /// As the map typed objects carry.
+    pub fn to_map(&self) -> BTreeMap<String, String> {
+        self.iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+}
+
+impl LabelSet for Labels {
+    fn label(&self, key: &str) -> Option<&str> {
+        self.get(key)
+    }
+}
+
+impl<K: AsRef<str>, V: AsRef<str>> FromIterator<(K, V)> for Labels {
+    fn from_iter<I: IntoIterator<Item = (K, V)>>(iter: I) -> Labels {
+        Labels::from_pairs(iter)
+    }
+}
+
+impl From<&BTreeMap<String, String>> for Labels {
+    fn from(map: &BTreeMap<String, String>) -> Labels {
+        Labels::from_pairs(map)
+    }
+}
+
+impl fmt::Debug for Labels {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_map().entries(self.iter()).finish()
+    }
+}
+
+/// An object's values of its resource's field selectors beyond `metadata.name`/`metadata.namespace`
+/// (`Resource::extra_fields`): the names are the resource's static list, so only values are stored.
+#[derive(Clone, Default, PartialEq, Eq, Hash)]
+pub struct Fields {
+    names: &'static [&'static str],
+    values: Strs,
+}
+
+impl Fields {
+    /// One value per name, in the order of `names`.
+    ///
+    /// # Panics
+    /// When `values` does not yield one value per name.
+    pub fn new<'a>(
+        names: &'static [&'static str],
+        values: impl IntoIterator<Item = &'a str>,
+    ) -> Fields {
+        let values = Strs::collect(values);
+        assert_eq!(names.len(), values.len(), "one value per field name");
+        Fields { names, values }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.names.is_empty()
+    }
+
+    /// The value of field `name`, `None` when the object has no such field.
+    pub fn get(&self, name: &str) -> Option<&str> {
+        let i = self.names.iter().position(|n| *n == name)?;
+        Some(self.values.get(i))
+    }
+
+    /// (name, value) in the resource's order.
+    pub fn iter(&self) -> impl ExactSizeIterator<Item = (&'static str, &str)> + '_ {
+        self.names
+            .iter()
+            .enumerate()
+            .map(|(i, n)| (*n, self.values.get(i)))
+    }
+}
+
+impl fmt::Debug for Fields {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_map().entries(self.iter()).finish()
+    }
+}
+
+/// An object's JSON as a store holds it: as received (`plain`), or LZ4-compressed (`compress`,
+/// about half the size for Kubernetes objects) and decompressed each time it is read.
+#[derive(Clone)]
+pub struct Json(Repr);
+
+#[derive(Clone)]
+enum Repr {
+    Plain(Bytes),
+    /// An LZ4 block and the length it decompresses to.
+    Lz4 {
+        block: Box<[u8]>,
+        len: u32,
+    },
+}
+
+impl Json {
+    /// The bytes as they are.
+    pub fn plain(bytes: Bytes) -> Json {
+        Json(Repr::Plain(bytes))
+    }
+
+    /// The bytes compressed (empty ones stay plain: nothing to save).
+    pub fn compress(bytes: &[u8]) -> Json {
+        match u32::try_from(bytes.len()) {
+            Ok(len) if len > 0 => Json(Repr::Lz4 {
+                block: lz4_flex::block::compress(bytes).into_boxed_slice(),
+                len,
+            }),
+            _ => Json(Repr::Plain(Bytes::copy_from_slice(bytes))),
+        }
+    }
+
+    /// Other bytes held in this one's form (a changed version of the same object).
+    pub fn like(&self, bytes: Vec<u8>) -> Json {
+        match self.0 {
+            Repr::Plain(_) => Json::plain(Bytes::from(bytes)),
+            Repr::Lz4 { .. } => Json::compress(&bytes),
+        }
+    }
+
+    pub fn is_compressed(&self) -> bool {
+        matches!(self.0, Repr::Lz4 { .. })
+    }
+
+    /// The length of the JSON (not of its compressed form).
+    pub fn len(&self) -> usize {
+        match &self.0 {
+            Repr::Plain(b) => b.len(),
+            Repr::Lz4 { len, .. } => *len as usize,
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// What the store holds for it (the compressed size when compressed).
+    pub fn held_len(&self) -> usize {
+        match &self.0 {
+            Repr::Plain(b) => b.len(),
+            Repr::Lz4 { block, .. } => block.len(),
+        }
+    }
+
+    /// The JSON: borrowed when plain, decompressed otherwise.
+    pub fn get(&self) -> Cow<'_, [u8]> {
+        match &self.0 {
+            Repr::Plain(b) => Cow::Borrowed(b),
+            Repr::Lz4 { len, .. } => {
+                let mut out = Vec::with_capacity(*len as usize);
+                self.append_to(&mut out);
+                Cow::Owned(out)
+            }
+        }
+    }
+
+    /// The JSON as `Bytes` (shared, not copied, when plain).
+    pub fn to_bytes(&self) -> Bytes {
+        match &self.0 {
+            Repr::Plain(b) => b.clone(),
+            Repr::Lz4 { .. } => Bytes::from(self.get().into_owned()),
+        }
+    }
+
+    /// Appends the JSON to `out`: a list decompresses each object straight into its body.
+    pub fn append_to(&self, out: &mut Vec<u8>) {
+        match &self.0 {
+            Repr::Plain(b) => out.extend_from_slice(b),
+            Repr::Lz4 { block, len } => {
+                let start = out.len();
+                out.resize(start + *len as usize, 0);
+                // The block was compressed from `len` bytes here: it decompresses to exactly that.
+                let n = lz4_flex::block::decompress_into(block, &mut out[start..])
+                    .expect("a block this store compressed decompresses");
+                debug_assert_eq!(n, *len as usize);
+            }
+        }
+    }
+}
+
+impl From<Bytes> for Json {
+    fn from(bytes: Bytes) -> Json {
+        Json::plain(bytes)
+    }
+}
+
+impl PartialEq for Json {
+    fn eq(&self, other: &Json) -> bool {
+        match (&self.0, &other.0) {
+            (Repr::Plain(a), Repr::Plain(b)) => a == b,
+            // LZ4 compression is deterministic, so equal blocks mean equal JSON and the converse.
+            (Repr::Lz4 { block: a, .. }, Repr::Lz4 { block: b, .. }) => a == b,
+            _ => self.len() == other.len() && self.get() == other.get(),
+        }
+    }
+}
+
+impl Eq for Json {}
+
+impl fmt::Debug for Json {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Json")
+            .field("len", &self.len())
+            .field("held", &self.held_len())
+            .finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kube_selectors::LabelSelector;
+    use proptest::prelude::*;
+
+    fn map(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    #[test]
+    fn labels_read_as_the_map_they_replace() {
+        let pairs = [
+            ("app.kubernetes.io/name", "web"),
+            ("tier", ""),
+            ("app", "web"),
+            ("example.com/a/b", "x/y"),
+            ("", "empty key"),
+        ];
+        let m = map(&pairs);
+        let l = Labels::from_pairs(pairs);
+        assert_eq!(l.len(), m.len());
+        assert_eq!(l.to_map(), m);
+        for k in [
+            "app",
+            "app.kubernetes.io/name",
+            "tier",
+            "example.com/a/b",
+            "",
+        ] {
+            assert_eq!(l.get(k), m.get(k).map(String::as_str), "{k:?}");
+        }
+        for missing in ["ap", "appp", "app.kubernetes.io", "zzz", "example.com/a"] {
+            assert_eq!(l.get(missing), None, "{missing:?}");
+        }
+        assert_eq!(l.get("tier"), Some(""));
+        assert!(l.iter().map(|(k, _)| k).is_sorted());
+        assert_eq!(Labels::from(&m), l);
+    }
+
+    #[test]
+    fn empty_labels_hold_nothing_and_equal_an_empty_map() {
+        let l = Labels::new();
+        assert!(l.is_empty());
+        assert_eq!(l.len(), 0);
+        assert_eq!(l.get(""), None);
+        assert_eq!(l, Labels::from(&BTreeMap::new()));
+        assert_eq!(l, Labels::from_pairs(Vec::<(String, String)>::new()));
+        assert_eq!(format!("{l:?}"), "{}");
+        assert!(LabelSelector::parse("!app").expect("valid").matches(&l));
+        assert!(!LabelSelector::parse("app").expect("valid").matches(&l));
+    }
+
+    #[test]
+    fn the_last_of_repeated_keys_counts_and_order_does_not() {
+        let l = Labels::from_pairs([("a", "1"), ("b", "2"), ("a", "3")]);
+        assert_eq!(l.get("a"), Some("3"));
+        assert_eq!(l.len(), 2);
+        assert_eq!(l, Labels::from_pairs([("b", "2"), ("a", "3")]));
+        assert_ne!(l, Labels::from_pairs([("a", "3")]));
+        // NB: "a" + "b" and "ab" + "" pack into the same buffer; the ends tell them apart.
+        assert_ne!(
+            Labels::from_pairs([("a", "b")]),
+            Labels::from_pairs([("ab", "")])
+        );
+        assert_eq!(format!("{l:?}"), r#"{"a": "3", "b": "2"}"#);
+    }
+
+    #[test]
+    fn fields_keep_the_resource_names_and_the_values() {
+        static NAMES: &[&str] = &["spec.nodeName", "status.phase", "spec.hostNetwork"];
+        let f = Fields::new(NAMES, ["n1", "", "false"]);
+        assert_eq!(f.get("spec.nodeName"), Some("n1"));
+        assert_eq!(f.get("status.phase"), Some(""));
+        assert_eq!(f.get("spec.hostNetwork"), Some("false"));
+        assert_eq!(f.get("status.podIP"), None);
+        assert_eq!(
+            f.iter().collect::<Vec<_>>(),
+            [
+                ("spec.nodeName", "n1"),
+                ("status.phase", ""),
+                ("spec.hostNetwork", "false")
+            ]
+        );
+        assert_eq!(f, Fields::new(NAMES, ["n1", "", "false"]));
+        assert_ne!(f, Fields::new(NAMES, ["n1", "x", "false"]));
+        let none = Fields::default();
+        assert!(none.is_empty() && none.get("spec.nodeName").is_none());
+    }
+
+    #[test]
+    fn json_reads_back_as_given_compressed_or_not() {
+        let raw = br#"{"metadata":{"name":"a","labels":{"app":"web","app2":"web"}},"spec":{}}"#;
+        let (plain, lz4) = (Json::plain(Bytes::from_static(raw)), Json::compress(raw));
+        assert!(lz4.is_compressed() && !plain.is_compressed());
+        for j in [&plain, &lz4] {
+            assert_eq!(j.len(), raw.len());
+            assert_eq!(&*j.get(), raw);
+            assert_eq!(&j.to_bytes()[..], raw);
+            let mut out = b"[".to_vec();
+            j.append_to(&mut out);
+            assert_eq!(&out[1..], raw);
+        }
+        assert_eq!(plain, lz4);
+        assert_eq!(lz4, Json::compress(raw));
+        assert_ne!(lz4, Json::compress(b"{}"));
+        assert_ne!(plain, Json::compress(b"{}"));
+        assert!(lz4.like(b"{}".to_vec()).is_compressed());
+        assert_eq!(&*plain.like(b"{}".to_vec()).get(), b"{}");
+        let empty = Json::compress(b"");
+        assert!(empty.is_empty() && empty.get().is_empty());
+    }
+
+    proptest! {
+        #[test]
+        fn compressed_json_round_trips(raw in proptest::collection::vec(any::<u8>(), 0..600)) {
+            let j = Json::compress(&raw);
+            prop_assert_eq!(&*j.get(), &raw[..]);
+            prop_assert_eq!(j, Json::plain(Bytes::from(raw)));
+        }
+    }
+
+    proptest! {
+        #[test]
+        fn selectors_match_packed_labels_as_they_match_the_map(
+            pairs in proptest::collection::vec(("[a-c/.]{0,3}", "[a-c]{0,2}"), 0..6),
+            probe in "[a-c/.]{0,3}",
+            value in "[a-c]{0,2}",
+        ) {
+            let m: BTreeMap<String, String> = pairs.iter().cloned().collect();
+            let l = Labels::from_pairs(pairs.iter().map(|(k, v)| (k.as_str(), v.as_str())));
+            prop_assert_eq!(l.to_map(), m.clone());
+            prop_assert_eq!(l.get(&probe), m.get(&probe).map(String::as_str));
+            for op in ["=", "!="] {
+                let Ok(sel) = LabelSelector::parse(&format!("{probe}{op}{value}")) else { continue };
+                prop_assert_eq!(sel.matches(&l), sel.matches(&m));
+            }
+        }
+    }
+}
