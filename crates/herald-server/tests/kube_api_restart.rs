@@ -314,8 +314,9 @@ fn versioned(p: &serde_json::Value) -> (String, String) {
 }
 
 /// Until a resource's first sync, lists and watches of it get what the apiserver answers while its
-/// watch cache initializes: 429 `storage is (re)initializing` with Retry-After 1 — never an empty
-/// list, never a watch waiting for versions herald does not have — and they spend no admission.
+/// watch cache initializes: 429 `storage is (re)initializing` with a Retry-After on the admission
+/// schedule — never an empty list, never a watch waiting for versions herald does not have — and
+/// they spend no admission.
 #[tokio::test]
 async fn before_its_first_sync_herald_refuses_as_an_initializing_apiserver() {
     let sim = Sim::start(SimConfig {

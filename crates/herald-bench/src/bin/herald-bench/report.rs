@@ -227,7 +227,7 @@ fn restart(o: &mut String, d: &Value) {
     let (b, s, g) = (&d["before"], &d["storm"], &d["goal"]);
     o.push_str(&format!(
         "kube-sim {}; herald (jobs `pod`, `endpointslice`, Kubernetes API face on, default admission: \
-         {} new lists and watches a second, burst {}), {} consumers polling their shard of both jobs \
+         {} new lists and watches with initial events a second, burst {}), {} consumers polling their shard of both jobs \
          every {} s and {} with gzip, and {} kubelet-shaped informers through herald's Kubernetes API: each \
          LISTs then WATCHes the pods of one node (`fieldSelector=spec.nodeName=…`, round-robin over the \
          {} nodes) with client-go's reflector backoff (800 ms doubling to 30 s, +0–100 % jitter) and its \
