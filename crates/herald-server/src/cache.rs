@@ -143,6 +143,12 @@ impl Cache {
         self.resources[r].rv_tx.subscribe()
     }
 
+    /// Wakes on the changes of one value of the resource's indexed field only (a node's pods);
+    /// `None` for resources without the field (`ResourceLog::subscribe_value`).
+    pub fn subscribe_value(&self, r: ResId, value: &str) -> Option<watch::Receiver<u64>> {
+        self.write(r).subscribe_value(value)
+    }
+
     pub fn len(&self, r: ResId) -> usize {
         self.read(r).len()
     }
@@ -188,7 +194,7 @@ impl Cache {
     /// per event.
     pub fn apply(&self, r: ResId, changes: Vec<Change>) {
         let mut newest = 0;
-        {
+        let wakes = {
             let mut log = self.write(r);
             for change in changes {
                 match change {
@@ -210,8 +216,10 @@ impl Cache {
                     }
                 }
             }
-        }
+            log.take_wakes()
+        };
         self.advance(r, newest);
+        wakes.send(newest);
     }
 
     /// Forgets every resource's history up to its current version (an operator's or a test's
@@ -219,7 +227,12 @@ impl Cache {
     pub fn compact_all(&self) {
         for r in self.ids() {
             let rv = self.resource_version(r);
-            self.write(r).compact(rv);
+            let wakes = {
+                let mut log = self.write(r);
+                log.compact(rv);
+                log.take_wakes()
+            };
+            wakes.send(rv);
         }
     }
 
@@ -239,7 +252,7 @@ impl Cache {
         keep: &[Key],
     ) -> SwapStats {
         let mut stats = SwapStats::default();
-        {
+        let wakes = {
             let mut log = self.write(r);
             let first = log.is_empty() && !self.resources[r].status.synced.load(Ordering::Acquire);
             let mut fresh: BTreeMap<Key, Arc<Entry>> =
@@ -298,8 +311,10 @@ impl Cache {
                 // ordered after the history ends it (watchers behind it relist).
                 log.compact(list_rv);
             }
-        }
+            log.take_wakes()
+        };
         self.advance(r, list_rv);
+        wakes.send(list_rv);
         self.resources[r]
             .status
             .synced

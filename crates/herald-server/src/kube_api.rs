@@ -112,6 +112,22 @@ impl Backend for Shared {
     fn subscribe(&self, r: ResId) -> watch::Receiver<u64> {
         self.cache.subscribe(r)
     }
+    fn subscribe_indexed(&self, r: ResId, value: &str) -> Option<watch::Receiver<u64>> {
+        self.cache.subscribe_value(r, value)
+    }
+    fn events_of_value_after(
+        &self,
+        r: ResId,
+        value: &str,
+        rv: u64,
+        max: usize,
+    ) -> Result<(Vec<Arc<Event>>, u64), StoreError> {
+        let current = self.cache.resource_version(r);
+        Ok((
+            self.cache.read(r).events_of_value_after(value, rv, max)?,
+            current,
+        ))
+    }
     fn get(&self, r: ResId, namespace: &str, name: &str) -> Option<Arc<Entry>> {
         self.cache.read(r).get_parts(namespace, name).cloned()
     }

@@ -17,7 +17,10 @@ use suite::Face;
 pub async fn start_face(window: usize, settings: Settings) -> Face {
     let sim = common::start_empty_with(1000, Settings::default()).await;
     let api = KubeApiOptions {
-        resources: vec![kube_face::Resource::builtin("configmaps").expect("cm")],
+        resources: vec![
+            kube_face::Resource::builtin("configmaps").expect("cm"),
+            kube_face::Resource::builtin("pods").expect("pods"),
+        ],
         history_window: window,
         watch: settings,
         ..KubeApiOptions::default()

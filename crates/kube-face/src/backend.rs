@@ -92,6 +92,24 @@ pub trait Backend: Send + Sync + 'static {
         max: usize,
     ) -> Result<(Vec<Arc<Event>>, u64), StoreError>;
 
+    /// Wakes on the changes of the resource's objects whose [`crate::log::INDEXED_FIELD`] is
+    /// `value` only (a kubelet's watch of its node's pods); `None` when the backend does not
+    /// dispatch by it, and the watch wakes on every change of the resource (`subscribe`).
+    fn subscribe_indexed(&self, _r: ResId, _value: &str) -> Option<watch::Receiver<u64>> {
+        None
+    }
+    /// For a watch subscribed with `subscribe_indexed`: as `events_after`, but only the events whose
+    /// object or previous state has `value` (`ResourceLog::events_of_value_after`).
+    fn events_of_value_after(
+        &self,
+        r: ResId,
+        _value: &str,
+        rv: u64,
+        max: usize,
+    ) -> Result<(Vec<Arc<Event>>, u64), StoreError> {
+        self.events_after(r, rv, max)
+    }
+
     /// Create, update or delete. Read-only servers keep the default: 405 with a Status.
     fn write(&self, r: ResId, req: WriteRequest<'_>) -> Result<(StatusCode, Bytes), ApiError> {
         let _ = r;

@@ -11,6 +11,7 @@ use std::ops::Bound;
 use std::sync::{Arc, OnceLock};
 
 use bytes::Bytes;
+use tokio::sync::watch;
 
 use crate::packed::{Fields, Json, Labels};
 use crate::resource::Resource;
@@ -205,14 +206,76 @@ impl Ord for ByKey {
     }
 }
 
+/// What the log keeps for one [`INDEXED_FIELD`] value (one node's pods): its current objects, its
+/// recent events, and the wake-up of the watches that select it. NB: this is the apiserver's watch
+/// cache "trigger" for pods: a pod event wakes the watches of its node only. Without it, each of a
+/// cluster's kubelet-shaped watches (one per node) woke on every pod event of the cluster and read
+/// the whole history to find none of its own: after a restart under 10,000 such watches that took
+/// most of herald's CPU (issue 22's restart benchmark).
+#[derive(Debug)]
+struct ValueIndex {
+    objects: BTreeSet<ByKey>,
+    /// The events whose object or previous state has this value, oldest first: a subsequence of
+    /// the history.
+    events: VecDeque<Arc<Event>>,
+    /// Every event of this value with rv > horizon is in `events` (an entry created later starts at
+    /// the log's horizon: no event of its value was in the history then).
+    horizon: u64,
+    /// Wakes the watches of this value; created by the first `subscribe_value`.
+    notify: Option<Arc<watch::Sender<u64>>>,
+}
+
+impl ValueIndex {
+    fn new(horizon: u64) -> ValueIndex {
+        ValueIndex {
+            objects: BTreeSet::new(),
+            events: VecDeque::new(),
+            horizon,
+            notify: None,
+        }
+    }
+
+    /// Holds nothing and nobody waits on it: the log can forget it.
+    fn is_idle(&self) -> bool {
+        self.objects.is_empty()
+            && self.events.is_empty()
+            && self.notify.as_ref().is_none_or(|n| n.receiver_count() == 0)
+    }
+}
+
+/// Wake-ups owed to the watches of indexed values after a write: sent by the writer once it has
+/// released the log's lock (a watch woken earlier would only wait for that lock).
+#[derive(Debug, Default)]
+#[must_use = "the watches of the values written to wake only when `send` is called"]
+pub struct Wakes(Vec<Arc<watch::Sender<u64>>>);
+
+impl Wakes {
+    /// Wakes each watch owed a wake-up once; `rv`: the newest version written.
+    pub fn send(mut self, rv: u64) {
+        self.0.sort_unstable_by_key(Arc::as_ptr);
+        self.0.dedup_by(|a, b| Arc::ptr_eq(a, b));
+        for s in self.0 {
+            s.send_modify(|cur| *cur = (*cur).max(rv));
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+}
+
 /// A resource's current objects and its recent history.
 #[derive(Debug)]
 pub struct ResourceLog {
     /// The current objects by key.
     objects: BTreeSet<ByKey>,
-    /// The current objects by their [`INDEXED_FIELD`] value (objects without it are absent); `None`
-    /// for resources without that field.
-    by_indexed: Option<HashMap<Box<str>, BTreeSet<ByKey>>>,
+    /// The current objects and recent events by their [`INDEXED_FIELD`] value (objects without it
+    /// are absent); `None` for resources without that field.
+    by_indexed: Option<HashMap<Box<str>, ValueIndex>>,
+    /// The index's size after its last sweep for idle values (see `subscribe_value`).
+    swept_len: usize,
+    /// Wake-ups owed since the last `take_wakes`.
+    wakes: Wakes,
     history: VecDeque<Arc<Event>>,
     /// Every event with rv > horizon is in `history`; a watch or exact list from an RV below it is
     /// expired.
@@ -232,6 +295,8 @@ impl ResourceLog {
                 .extra_fields
                 .contains(&INDEXED_FIELD)
                 .then(HashMap::new),
+            swept_len: 0,
+            wakes: Wakes::default(),
             history: VecDeque::new(),
             horizon: 0,
             window: window.max(1),
@@ -284,15 +349,9 @@ impl ResourceLog {
             if let Some(v) = now {
                 // NB: also when the value is unchanged: the index holds the current state, and
                 // must not keep the previous one alive.
-                let state = ByKey(entry.clone());
-                match index.get_mut(v) {
-                    Some(set) => {
-                        set.replace(state);
-                    }
-                    None => {
-                        index.insert(v.into(), BTreeSet::from([state]));
-                    }
-                }
+                value_index(index, v, self.horizon)
+                    .objects
+                    .replace(ByKey(entry.clone()));
             }
         }
         if record {
@@ -323,17 +382,41 @@ impl ResourceLog {
     fn record(&mut self, ty: EventType, obj: Arc<Entry>, prev: Option<Arc<Entry>>) {
         // NB: the one decompression of an event's object: every watcher shares the line.
         let line = event_line(ty.as_str(), &obj.bytes.get());
-        self.history.push_back(Arc::new(Event {
+        let event = Arc::new(Event {
             rv: obj.rv,
             ty,
             obj,
             prev,
             line,
             frame: OnceLock::new(),
-        }));
+        });
+        if let Some(index) = &mut self.by_indexed {
+            for v in event_values(&event) {
+                let at = value_index(index, v, self.horizon);
+                at.events.push_back(event.clone());
+                if let Some(n) = &at.notify {
+                    self.wakes.0.push(n.clone());
+                }
+            }
+        }
+        self.history.push_back(event);
         while self.history.len() > self.window {
             let dropped = self.history.pop_front().expect("len > window >= 1");
             self.horizon = self.horizon.max(dropped.rv);
+            if let Some(index) = &mut self.by_indexed {
+                for v in event_values(&dropped) {
+                    let Some(at) = index.get_mut(v) else { continue };
+                    // The value's events are a subsequence of the history: the oldest history
+                    // event of this value is its oldest.
+                    if at.events.front().is_some_and(|e| Arc::ptr_eq(e, &dropped)) {
+                        at.events.pop_front();
+                    }
+                    at.horizon = at.horizon.max(dropped.rv);
+                    if at.is_idle() {
+                        index.remove(v);
+                    }
+                }
+            }
         }
     }
 
@@ -342,6 +425,42 @@ impl ResourceLog {
     pub fn compact(&mut self, rv: u64) {
         self.history.clear();
         self.horizon = self.horizon.max(rv);
+        if let Some(index) = &mut self.by_indexed {
+            for at in index.values_mut() {
+                at.events.clear();
+                at.horizon = at.horizon.max(rv);
+                // Every watch of a value wakes to find its version expired, as every watch of the
+                // resource does.
+                if let Some(n) = &at.notify {
+                    self.wakes.0.push(n.clone());
+                }
+            }
+            index.retain(|_, at| !at.is_idle());
+        }
+    }
+
+    /// Subscribes to the changes of the objects whose [`INDEXED_FIELD`] is `value` (an event whose
+    /// object or previous state has it); `None` for resources without the field. The writer sends
+    /// the wake-ups it took with [`ResourceLog::take_wakes`].
+    pub fn subscribe_value(&mut self, value: &str) -> Option<watch::Receiver<u64>> {
+        let index = self.by_indexed.as_mut()?;
+        if index.len() > 2 * self.swept_len + 64 {
+            // NB: a value nobody writes to keeps its entry after its last watch leaves; sweeping
+            // whenever the index doubles bounds those at the values in use, at O(1) per subscribe.
+            index.retain(|_, at| !at.is_idle());
+            self.swept_len = index.len();
+        }
+        let at = value_index(index, value, self.horizon);
+        let notify = at
+            .notify
+            .get_or_insert_with(|| Arc::new(watch::Sender::new(0)));
+        Some(notify.subscribe())
+    }
+
+    /// The wake-ups owed to the watches of the values written since the last call; the writer
+    /// sends them after releasing the log.
+    pub fn take_wakes(&mut self) -> Wakes {
+        std::mem::take(&mut self.wakes)
     }
 
     /// Events after `rv`, oldest first; `Expired` when the window no longer reaches back to `rv`.
@@ -359,6 +478,37 @@ impl ResourceLog {
         }
         let start = self.history.partition_point(|e| e.rv <= rv);
         Ok(self.history.range(start..).take(max).cloned().collect())
+    }
+
+    /// The first `max` events after `rv` whose object or previous state has `value` as its
+    /// [`INDEXED_FIELD`] (every other event of the resource is one a watch selecting the value
+    /// skips); `Expired` when an event of the value after `rv` has left the window. Resources
+    /// without the field: as [`ResourceLog::events_after_at_most`].
+    pub fn events_of_value_after(
+        &self,
+        value: &str,
+        rv: u64,
+        max: usize,
+    ) -> Result<Vec<Arc<Event>>, StoreError> {
+        let Some(index) = &self.by_indexed else {
+            return self.events_after_at_most(rv, max);
+        };
+        let (events, horizon) = match index.get(value) {
+            Some(at) => (Some(&at.events), at.horizon),
+            // No event of the value is in the history.
+            None => (None, self.horizon),
+        };
+        if rv < horizon {
+            return Err(StoreError::Expired {
+                requested: rv,
+                oldest: horizon,
+            });
+        }
+        let Some(events) = events else {
+            return Ok(Vec::new());
+        };
+        let start = events.partition_point(|e| e.rv <= rv);
+        Ok(events.range(start..).take(max).cloned().collect())
     }
 
     /// One page of a list at `at`, where `current` is the newest RV the log is complete to. `ns`: a
@@ -416,7 +566,7 @@ impl ResourceLog {
         // still sees every object that matched at `rv`.
         let none = BTreeSet::new();
         let set = match (indexed, &self.by_indexed) {
-            (Some(v), Some(index)) => index.get(v).unwrap_or(&none),
+            (Some(v), Some(index)) => index.get(v).map_or(&none, |at| &at.objects),
             _ => &self.objects,
         };
         let current = set
@@ -464,10 +614,34 @@ fn indexed(e: &Entry) -> Option<&str> {
     e.fields.get(INDEXED_FIELD).filter(|v| !v.is_empty())
 }
 
-fn unindex(index: &mut HashMap<Box<str>, BTreeSet<ByKey>>, value: &str, key: &Key) {
-    if let Some(set) = index.get_mut(value) {
-        set.remove(key);
-        if set.is_empty() {
+/// The distinct [`INDEXED_FIELD`] values of an event's object and previous state.
+fn event_values(e: &Event) -> impl Iterator<Item = &str> {
+    let now = indexed(&e.obj);
+    let was = e
+        .prev
+        .as_deref()
+        .and_then(indexed)
+        .filter(|v| Some(*v) != now);
+    now.into_iter().chain(was)
+}
+
+/// The index of `value`, created (starting at `horizon`) when absent.
+fn value_index<'a>(
+    index: &'a mut HashMap<Box<str>, ValueIndex>,
+    value: &str,
+    horizon: u64,
+) -> &'a mut ValueIndex {
+    // NB: get_mut first: the entry API would allocate the key for every lookup.
+    if !index.contains_key(value) {
+        index.insert(value.into(), ValueIndex::new(horizon));
+    }
+    index.get_mut(value).expect("inserted above")
+}
+
+fn unindex(index: &mut HashMap<Box<str>, ValueIndex>, value: &str, key: &Key) {
+    if let Some(at) = index.get_mut(value) {
+        at.objects.remove(key);
+        if at.is_idle() {
             index.remove(value);
         }
     }
@@ -653,5 +827,148 @@ mod tests {
             let sel = kube_selectors::FieldSelector::parse(unindexed).unwrap();
             assert_eq!(indexed_value(&sel), None, "{unindexed}");
         }
+    }
+
+    fn pods() -> Resource {
+        Resource::builtin("pods").expect("pods")
+    }
+
+    fn names_of(events: &[Arc<Event>]) -> Vec<(&str, u64)> {
+        events.iter().map(|e| (e.obj.name(), e.rv)).collect()
+    }
+
+    #[test]
+    fn a_values_events_are_the_history_events_on_it_before_or_after() {
+        let mut log = ResourceLog::new(&pods(), 100);
+        log.upsert(on_node("a", "n1", 1), true);
+        log.upsert(on_node("b", "n2", 2), true);
+        log.upsert(on_node("c", "", 3), true);
+        log.upsert(on_node("c", "n1", 4), true); // scheduled onto n1
+        log.upsert(on_node("b", "n1", 5), true); // moved from n2 to n1
+        log.remove(on_node("a", "n1", 6));
+        let n1 = log.events_of_value_after("n1", 0, usize::MAX).unwrap();
+        assert_eq!(names_of(&n1), [("a", 1), ("c", 4), ("b", 5), ("a", 6)]);
+        let n2 = log.events_of_value_after("n2", 0, usize::MAX).unwrap();
+        assert_eq!(names_of(&n2), [("b", 2), ("b", 5)]);
+        assert!(log.events_of_value_after("n9", 0, 10).unwrap().is_empty());
+        // After a version, and at most `max`.
+        let n1 = log.events_of_value_after("n1", 4, 1).unwrap();
+        assert_eq!(names_of(&n1), [("b", 5)]);
+        // Each equals the whole history filtered by the value, as a watch would filter it.
+        for v in ["n1", "n2", "n3"] {
+            for after in 0..=6 {
+                let on = |e: &Entry| indexed(e) == Some(v);
+                let want: Vec<_> = log
+                    .events_after(after)
+                    .unwrap()
+                    .into_iter()
+                    .filter(|e| on(&e.obj) || e.prev.as_deref().is_some_and(on))
+                    .collect();
+                let got = log.events_of_value_after(v, after, usize::MAX).unwrap();
+                assert_eq!(names_of(&got), names_of(&want), "{v} after {after}");
+            }
+        }
+        // Resources without the field read the whole history.
+        let mut cms = ResourceLog::new(&cm(), 10);
+        cms.upsert(on_node("a", "n1", 1), true);
+        cms.upsert(on_node("b", "n2", 2), true);
+        assert_eq!(cms.events_of_value_after("n1", 0, 10).unwrap().len(), 2);
+        assert!(cms.subscribe_value("n1").is_none());
+    }
+
+    #[test]
+    fn a_value_expires_only_when_its_own_events_left_the_window() {
+        let mut log = ResourceLog::new(&pods(), 3);
+        log.upsert(on_node("a", "n1", 1), true);
+        log.upsert(on_node("x", "n2", 2), true);
+        log.upsert(on_node("y", "n2", 3), true);
+        log.upsert(on_node("z", "n2", 4), true);
+        log.upsert(on_node("w", "n3", 5), true);
+        // The window (3 events) holds rv 3..=5: a whole-resource watch from 1 is expired.
+        assert!(matches!(
+            log.events_after(1),
+            Err(StoreError::Expired { .. })
+        ));
+        // n1's one event (rv 1) left: from 0 it is expired, from 1 on nothing of n1 was lost.
+        assert!(matches!(
+            log.events_of_value_after("n1", 0, 10),
+            Err(StoreError::Expired {
+                requested: 0,
+                oldest: 1
+            })
+        ));
+        assert!(log.events_of_value_after("n1", 1, 10).unwrap().is_empty());
+        // n2 lost rv 2 only.
+        assert!(log.events_of_value_after("n2", 1, 10).is_err());
+        let n2 = log.events_of_value_after("n2", 2, 10).unwrap();
+        assert_eq!(names_of(&n2), [("y", 3), ("z", 4)]);
+        // A value the log holds nothing of answers as the whole resource does.
+        assert!(log.events_of_value_after("n9", 1, 10).is_err());
+        assert!(log.events_of_value_after("n9", 2, 10).unwrap().is_empty());
+        // A compaction expires every value up to its version.
+        log.compact(5);
+        for v in ["n1", "n2", "n3", "n9"] {
+            assert!(log.events_of_value_after(v, 4, 10).is_err(), "{v}");
+            assert!(
+                log.events_of_value_after(v, 5, 10).unwrap().is_empty(),
+                "{v}"
+            );
+        }
+    }
+
+    #[test]
+    fn writes_wake_the_watches_of_their_values_only() {
+        let mut log = ResourceLog::new(&pods(), 100);
+        let mut n1 = log.subscribe_value("n1").expect("pods index nodeName");
+        let mut n2 = log.subscribe_value("n2").expect("pods index nodeName");
+        n1.mark_unchanged();
+        n2.mark_unchanged();
+        log.upsert(on_node("a", "n1", 1), true);
+        log.upsert(on_node("b", "n1", 2), true);
+        log.upsert(on_node("c", "", 3), true);
+        let wakes = log.take_wakes();
+        assert!(
+            !n1.has_changed().unwrap(),
+            "nothing wakes before the writer sends"
+        );
+        wakes.send(3);
+        assert!(n1.has_changed().unwrap());
+        assert!(!n2.has_changed().unwrap(), "n2 was not written to");
+        assert_eq!(*n1.borrow_and_update(), 3);
+        assert!(log.take_wakes().is_empty(), "taken once");
+        // A pod moving from n1 to n2 wakes both; a write without history wakes none.
+        log.upsert(on_node("a", "n2", 4), true);
+        log.upsert(on_node("d", "n1", 5), false);
+        log.take_wakes().send(5);
+        assert!(n1.has_changed().unwrap() && n2.has_changed().unwrap());
+        n1.mark_unchanged();
+        n2.mark_unchanged();
+        // A compaction wakes every value's watches, to find their versions expired.
+        log.compact(5);
+        log.take_wakes().send(5);
+        assert!(n1.has_changed().unwrap() && n2.has_changed().unwrap());
+    }
+
+    #[test]
+    fn values_nothing_holds_are_forgotten() {
+        let mut log = ResourceLog::new(&pods(), 2);
+        let len = |log: &ResourceLog| log.by_indexed.as_ref().map_or(0, HashMap::len);
+        log.upsert(on_node("a", "n1", 1), true);
+        log.remove(on_node("a", "n1", 2));
+        assert_eq!(len(&log), 1, "n1's events are still in the window");
+        log.upsert(on_node("b", "n2", 3), true);
+        log.upsert(on_node("c", "n2", 4), true);
+        assert_eq!(len(&log), 1, "n1's events left the window: only n2 remains");
+        // Watches of values no object has: kept while watched, swept once the index doubled.
+        let watches: Vec<_> = (0..100)
+            .map(|i| log.subscribe_value(&format!("gone-{i}")).unwrap())
+            .collect();
+        assert_eq!(len(&log), 101);
+        drop(watches);
+        for i in 0..200 {
+            drop(log.subscribe_value(&format!("other-{i}")));
+        }
+        assert!(len(&log) < 200, "idle values were swept: {}", len(&log));
+        assert!(log.events_of_value_after("n2", 2, 10).unwrap().len() == 2);
     }
 }

@@ -313,7 +313,17 @@ impl<B: Backend> Watch<B> {
     async fn stream(&mut self, start: Start, timeout: Duration) -> Result<End, End> {
         let backend = self.backend.clone();
         let r = self.r;
-        let mut rv_rx = backend.subscribe(r);
+        // A watch that selects one value of the indexed field (a node's pods) wakes on that value's
+        // changes only and reads only its events, where the backend dispatches by it.
+        let by_value = crate::log::indexed_value(&self.q.field).and_then(|v| {
+            backend
+                .subscribe_indexed(r, v)
+                .map(|rx| (v.to_string(), rx))
+        });
+        let (by_value, mut rv_rx) = match by_value {
+            Some((v, rx)) => (Some(v), rx),
+            None => (None, backend.subscribe(r)),
+        };
         let mut closer = backend.closer();
         if let Some(c) = closer.as_mut() {
             c.mark_unchanged();
@@ -330,6 +340,7 @@ impl<B: Backend> Watch<B> {
         let interval = backend.settings().bookmark_interval;
         let mut next_bookmark = began + interval;
         let mut final_bookmark_sent = false;
+        let mut bookmark_due = false;
 
         let mut cursor = match start {
             Start::After(rv) => rv,
@@ -361,7 +372,11 @@ impl<B: Backend> Watch<B> {
         };
         loop {
             rv_rx.mark_unchanged();
-            let (events, complete_to) = match backend.events_after(r, cursor, MAX_TURN) {
+            let read = match &by_value {
+                Some(v) => backend.events_of_value_after(r, v, cursor, MAX_TURN),
+                None => backend.events_after(r, cursor, MAX_TURN),
+            };
+            let (events, complete_to) = match read {
                 Ok(ev) => ev,
                 Err(e) => {
                     let err = ApiError::from(e);
@@ -399,6 +414,12 @@ impl<B: Backend> Watch<B> {
             // nothing, and it keeps the cursor inside the window while other resources churn.
             cursor = cursor.max(complete_to);
             let now = Instant::now();
+            if bookmark_due {
+                bookmark_due = false;
+                // Bookmarks carry the newest RV this watch has seen its resource's history through:
+                // sent after the read above, as a watch of one value wakes on its value only.
+                self.send(self.bookmark(cursor, false)).await?;
+            }
             if self.q.allow_bookmarks && !final_bookmark_sent && now >= final_bookmark_at {
                 final_bookmark_sent = true;
                 self.send(self.bookmark(cursor, false)).await?;
@@ -435,8 +456,7 @@ impl<B: Backend> Watch<B> {
                 _ = sleep_until(wake) => {
                     if self.q.allow_bookmarks && Instant::now() >= next_bookmark && Instant::now() < final_bookmark_at {
                         next_bookmark = Instant::now() + interval;
-                        // Bookmarks carry the newest RV this watch has seen its resource's history through.
-                        self.send(self.bookmark(cursor, false)).await?;
+                        bookmark_due = true;
                     }
                 }
             }

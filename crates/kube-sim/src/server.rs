@@ -62,6 +62,23 @@ impl Backend for Shared {
     fn subscribe(&self, _r: ResId) -> tokio::sync::watch::Receiver<u64> {
         self.store.subscribe()
     }
+    fn subscribe_indexed(
+        &self,
+        r: ResId,
+        value: &str,
+    ) -> Option<tokio::sync::watch::Receiver<u64>> {
+        self.store.subscribe_value(Kind::from_id(r), value)
+    }
+    fn events_of_value_after(
+        &self,
+        r: ResId,
+        value: &str,
+        rv: u64,
+        max: usize,
+    ) -> Result<(Vec<Arc<Event>>, u64), StoreError> {
+        self.store
+            .events_of_value_after(Kind::from_id(r), value, rv, max)
+    }
     fn get(&self, r: ResId, namespace: &str, name: &str) -> Option<Arc<Entry>> {
         self.store.get(Kind::from_id(r), namespace, name)
     }

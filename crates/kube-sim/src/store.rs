@@ -126,8 +126,7 @@ impl Store {
         for log in inner.kinds.values_mut() {
             log.compact(rv);
         }
-        drop(inner);
-        self.rv_tx.send_replace(rv);
+        self.commit(inner);
     }
 
     /// Applies writes from the cluster's own machinery (generator, churn, tests) and whatever the
@@ -138,9 +137,7 @@ impl Store {
         }
         let mut inner = self.write();
         self.apply_locked(&mut inner, writes);
-        let rv = inner.rv;
-        drop(inner);
-        self.rv_tx.send_replace(rv);
+        self.commit(inner);
     }
 
     fn apply_locked(&self, inner: &mut Inner, mut queue: Vec<Write>) {
@@ -221,9 +218,7 @@ impl Store {
         let writes = self.put(&mut inner, kind, value, obj.as_ref());
         let entry = inner.kinds[&kind].get(&key).cloned().expect("just written");
         self.apply_locked(&mut inner, writes);
-        let rv = inner.rv;
-        drop(inner);
-        self.rv_tx.send_replace(rv);
+        self.commit(inner);
         Ok(entry)
     }
 
@@ -251,9 +246,7 @@ impl Store {
         }
         let writes = self.remove(&mut inner, kind, key.0.clone(), key.1.clone());
         self.apply_locked(&mut inner, writes);
-        let rv = inner.rv;
-        drop(inner);
-        self.rv_tx.send_replace(rv);
+        self.commit(inner);
         Ok(old)
     }
 
@@ -417,6 +410,49 @@ impl Store {
         for log in inner.kinds.values_mut() {
             log.compact(rv);
         }
+        self.commit(inner);
+    }
+
+    /// Releases the store after a write and wakes the watches: every watch of the store, and each
+    /// watch of one node's pods whose node was written to (`ResourceLog::take_wakes`).
+    fn commit(&self, mut inner: std::sync::RwLockWriteGuard<'_, Inner>) {
+        let rv = inner.rv;
+        let wakes: Vec<_> = inner
+            .kinds
+            .values_mut()
+            .map(ResourceLog::take_wakes)
+            .filter(|w| !w.is_empty())
+            .collect();
+        drop(inner);
+        self.rv_tx.send_replace(rv);
+        for w in wakes {
+            w.send(rv);
+        }
+    }
+
+    /// Wakes on the changes of the objects of `kind` whose `spec.nodeName` is `value` only.
+    pub fn subscribe_value(&self, kind: Kind, value: &str) -> Option<watch::Receiver<u64>> {
+        self.write()
+            .kinds
+            .get_mut(&kind)
+            .expect("all kinds present")
+            .subscribe_value(value)
+    }
+
+    /// The events of `kind` after `rv` whose object or previous state is on `value` (see
+    /// `ResourceLog::events_of_value_after`), and the global RV they are complete up to.
+    pub fn events_of_value_after(
+        &self,
+        kind: Kind,
+        value: &str,
+        rv: u64,
+        max: usize,
+    ) -> Result<(Vec<Arc<Event>>, u64), StoreError> {
+        let inner = self.read();
+        Ok((
+            inner.kinds[&kind].events_of_value_after(value, rv, max)?,
+            inner.rv,
+        ))
     }
 
     /// One page of a list. `ns`: a namespace, or all. `after`: the last key of the previous page.

@@ -208,6 +208,124 @@ async fn an_object_leaving_the_selector_is_sent_as_deleted() {
     assert_eq!(w.expect().await, ev("DELETED", "s", "4"));
 }
 
+fn pod(name: &str, node: &str, v: &str) -> serde_json::Value {
+    let mut spec = json!({"containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10"}]});
+    if !node.is_empty() {
+        spec["nodeName"] = json!(node);
+    }
+    json!({"apiVersion": "v1", "kind": "Pod",
+           "metadata": {"name": name, "namespace": "default", "labels": {"v": v}},
+           "spec": spec})
+}
+
+/// `(type, name, labels.v)` of a pod watch's next non-bookmark event.
+async fn pod_event(w: &mut Watch) -> (String, String, String) {
+    let e = w
+        .next_change(Duration::from_secs(5))
+        .await
+        .expect("an event within 5s");
+    let s = |v: &serde_json::Value| v.as_str().unwrap_or("").to_string();
+    (
+        s(&e["type"]),
+        s(&e["object"]["metadata"]["name"]),
+        s(&e["object"]["metadata"]["labels"]["v"]),
+    )
+}
+
+/// A kubelet's watch (`fieldSelector=spec.nodeName=NODE`) sees its node's pods only, a pod scheduled
+/// onto the node as ADDED, and, resumed from an older version, exactly its node's events since.
+#[tokio::test]
+async fn a_watch_of_one_nodes_pods_sees_that_node_only() {
+    let face = start_empty().await;
+    let base = format!("{}/api/v1/namespaces/default/pods", face.read);
+    let wbase = format!("{}/api/v1/namespaces/default/pods", face.sim.url());
+    let rv0 = face.sim.handle().resource_version();
+    let on = |node: &str| {
+        format!("{base}?watch=true&resourceVersion={rv0}&fieldSelector=spec.nodeName%3D{node}")
+    };
+    let mut n1 = Watch::open(&on("n1")).await;
+    let mut n2 = Watch::open(&on("n2")).await;
+    post(&wbase, &pod("a", "n1", "0")).await;
+    post(&wbase, &pod("b", "n2", "0")).await;
+    post(&wbase, &pod("c", "", "0")).await;
+    assert_eq!(pod_event(&mut n1).await, ev("ADDED", "a", "0"));
+    assert_eq!(pod_event(&mut n2).await, ev("ADDED", "b", "0"));
+    put(&format!("{wbase}/c"), &pod("c", "n1", "1")).await;
+    assert_eq!(pod_event(&mut n1).await, ev("ADDED", "c", "1"));
+    put(&format!("{wbase}/a"), &pod("a", "n1", "1")).await;
+    assert_eq!(pod_event(&mut n1).await, ev("MODIFIED", "a", "1"));
+    delete(&format!("{wbase}/a")).await;
+    assert_eq!(pod_event(&mut n1).await, ev("DELETED", "a", "1"));
+    n1.expect_silence().await;
+    n2.expect_silence().await;
+    // Resumed from the first version: each node's own history, in order.
+    let mut again = Watch::open(&on("n1")).await;
+    for want in [
+        ev("ADDED", "a", "0"),
+        ev("ADDED", "c", "1"),
+        ev("MODIFIED", "a", "1"),
+        ev("DELETED", "a", "1"),
+    ] {
+        assert_eq!(pod_event(&mut again).await, want);
+    }
+    again.expect_silence().await;
+    let mut again = Watch::open(&on("n2")).await;
+    assert_eq!(pod_event(&mut again).await, ev("ADDED", "b", "0"));
+    again.expect_silence().await;
+    // A node with no pods yet: its watch starts empty and wakes for its first pod.
+    let mut n3 = Watch::open(&on("n3")).await;
+    n3.expect_silence().await;
+    post(&wbase, &pod("d", "n3", "0")).await;
+    assert_eq!(pod_event(&mut n3).await, ev("ADDED", "d", "0"));
+}
+
+/// A node's watch resumes from any version after its node's oldest event that left the window,
+/// even when other nodes' events since then have left it (a quiet node's kubelet does not relist
+/// because the cluster was busy); from before that event it gets 410 as any watch does.
+#[tokio::test]
+async fn a_nodes_watch_expires_only_when_its_nodes_events_left_the_window() {
+    let face = crate::start_face(5, Settings::default()).await;
+    let base = format!("{}/api/v1/namespaces/default/pods", face.read);
+    let wbase = format!("{}/api/v1/namespaces/default/pods", face.sim.url());
+    let before = face.sim.handle().resource_version();
+    let a = rv_of(&post(&wbase, &pod("a", "n1", "0")).await);
+    for i in 0..10 {
+        post(&wbase, &pod(&format!("b{i}"), "n2", "0")).await;
+    }
+    let at = |rv: &str, sel: &str| format!("{base}?watch=true&resourceVersion={rv}{sel}");
+    let n1 = "&fieldSelector=spec.nodeName%3Dn1";
+    // Wait for the face to have the last write: the whole resource from `a` is expired then.
+    let mut expired = false;
+    for _ in 0..50 {
+        let mut w = Watch::open(&at(&a, "")).await;
+        let e = w.next(Duration::from_secs(5)).await.expect("an event");
+        if e["type"] == "ERROR" {
+            assert_eq!(e["object"]["code"], 410);
+            expired = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(
+        expired,
+        "the whole resource from {a} expires once 10 events follow in a window of 5"
+    );
+    let mut w = Watch::open(&at(&a, n1)).await;
+    w.expect_silence().await;
+    assert!(!w.ended, "n1 lost nothing after {a}");
+    post(&wbase, &pod("c", "n1", "0")).await;
+    assert_eq!(pod_event(&mut w).await, ev("ADDED", "c", "0"));
+    let mut w = Watch::open(&at(&before.to_string(), n1)).await;
+    let e = w
+        .next(Duration::from_secs(5))
+        .await
+        .expect("an ERROR event");
+    assert_eq!(
+        (e["type"].as_str(), e["object"]["code"].as_i64()),
+        (Some("ERROR"), Some(410))
+    );
+}
+
 /// Conformance: "should receive events on concurrent watches in same order".
 #[tokio::test]
 async fn a_hundred_concurrent_watches_see_the_same_event_order() {

@@ -50,8 +50,11 @@ const GOAL_SECONDS: f64 = 60.0;
 /// Marker pods are `default/storm-N` (N the node's index), labelled `app=storm`, in 127.32.0.0/16.
 const MARKER_APP: &str = "storm";
 const MARKER_NET: u8 = 32;
-/// A node's marker is rewritten again after this long when one of its informers still waits.
-const RETOUCH: Duration = Duration::from_secs(1);
+/// A node's marker is rewritten again after this long when one of its informers still waits. NB:
+/// one write reaches every informer of the node whose watch is open; a second is needed only when
+/// a watch restarted in between. Retouching every second multiplied the writes (76,230 for 5,000
+/// nodes while herald was busy relisting them) and the upstream's event window with them.
+const RETOUCH: Duration = Duration::from_secs(5);
 /// Marker writes in flight at most (creation and rewrites).
 const WRITES_IN_FLIGHT: usize = 16;
 
@@ -97,7 +100,10 @@ async fn write_marker(
 }
 
 /// Rewrites the marker of every node one of whose informers has a watch open that has delivered
-/// nothing yet, at most once per `RETOUCH` per node; counts the writes.
+/// nothing yet, at most once per `RETOUCH` per node, `WRITES_IN_FLIGHT` at a time; counts the writes.
+/// NB: a pass waits for write slots rather than stopping at the first busy one: stopping capped the
+/// writes at 16 a tick (~64 a second), so 5,000 nodes' first events took over a minute to be
+/// written after their informers were watching — the bench's delay, not herald's.
 async fn toucher(
     http: reqwest::Client,
     sim: String,
@@ -108,6 +114,7 @@ async fn toucher(
     let sem = Arc::new(Semaphore::new(WRITES_IN_FLIGHT));
     let mut last: Vec<Option<Instant>> = vec![None; nodes.len()];
     let mut tick = tokio::time::interval(Duration::from_millis(250));
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tick.tick().await;
         let now = Instant::now();
@@ -119,10 +126,10 @@ async fn toucher(
             if last[n].is_some_and(|t| now.duration_since(t) < RETOUCH) {
                 continue;
             }
-            let Ok(permit) = sem.clone().try_acquire_owned() else {
+            let Ok(permit) = sem.clone().acquire_owned().await else {
                 break;
             };
-            last[n] = Some(now);
+            last[n] = Some(Instant::now());
             let (http, sim, nodes, writes) =
                 (http.clone(), sim.clone(), nodes.clone(), writes.clone());
             tokio::spawn(async move {
