@@ -15,7 +15,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use herald_core::slim;
 use kube_face::scan::{Head, ScanError, head_with, strip_managed_fields};
-use kube_face::{Entry, Json, Key, ResId, Resource};
+use kube_face::{Entry, Json, Key, ResId, Resource, Siblings};
 use serde::Deserialize;
 use serde_json::value::RawValue;
 use tokio::task::JoinHandle;
@@ -106,6 +106,7 @@ pub fn spawn(
                 client: client.clone(),
                 shared: shared.clone(),
                 streaming,
+                siblings: Siblings::new(),
             };
             tokio::spawn(feed.run(shutdown.clone()).instrument(span))
         })
@@ -209,6 +210,8 @@ struct Feed {
     client: kube::Client,
     shared: Arc<Shared>,
     streaming: bool,
+    /// The bases the face's JSON of this resource is compressed against (`kube_face::siblings`).
+    siblings: Siblings,
 }
 
 impl Feed {
@@ -302,6 +305,7 @@ impl Feed {
             }
             None => None,
         };
+        let bytes = self.kept_bytes(&h.key, raw);
         Ok(Ingested {
             entry: Arc::new(Entry {
                 key: h.key,
@@ -309,7 +313,7 @@ impl Feed {
                 labels: h.labels,
                 fields: h.fields,
                 uid_hash: h.uid_hash,
-                bytes: self.kept_bytes(raw),
+                bytes,
                 proto: Default::default(),
             }),
             slim,
@@ -345,12 +349,12 @@ impl Feed {
     }
 
     /// What an entry keeps of the upstream JSON: all of it but managedFields when the Kubernetes API
-    /// face serves it (LZ4-compressed: see `kube_face::Json` and DESIGN-NOTES "Face memory per
-    /// object"), nothing otherwise (discovery reads the projection) unless discovery has no
+    /// face serves it (LZ4-compressed against a sibling's: see `kube_face::siblings` and DESIGN-NOTES
+    /// "Face memory per object"), nothing otherwise (discovery reads the projection) unless discovery has no
     /// projection of the kind (then as received: monitors read it).
-    fn kept_bytes(&self, raw: &[u8]) -> Json {
+    fn kept_bytes(&self, key: &Key, raw: &[u8]) -> Json {
         if self.shared.cache.keeps_bytes() {
-            Json::compress(&strip_managed_fields(raw))
+            self.siblings.compress(key, &strip_managed_fields(raw))
         } else if self.kind.is_none() {
             Json::plain(Bytes::from(strip_managed_fields(raw).into_owned()))
         } else {
@@ -610,13 +614,14 @@ impl Feed {
                 "DELETED" => match self.head(raw) {
                     Ok(h) => {
                         rv = Some(h.rv.max(rv.unwrap_or(0)));
+                        let bytes = self.kept_bytes(&h.key, raw);
                         let entry = Arc::new(Entry {
                             key: h.key,
                             rv: h.rv,
                             labels: h.labels,
                             fields: h.fields,
                             uid_hash: h.uid_hash,
-                            bytes: self.kept_bytes(raw),
+                            bytes,
                             proto: Default::default(),
                         });
                         match &mut initial {

@@ -14,6 +14,7 @@ use bytes::Bytes;
 use tokio::sync::watch;
 
 use crate::packed::{Fields, Json, Labels};
+use crate::recent::{DEFAULT_RECENT_BYTES, Encoded, Recent};
 use crate::resource::Resource;
 
 /// (namespace, name); namespace is "" for cluster-scoped resources. Ordered as the apiserver lists:
@@ -92,16 +93,24 @@ pub struct Event {
     pub ty: EventType,
     pub obj: Arc<Entry>,
     pub prev: Option<Arc<Entry>>,
-    /// `{"type":...,"object":...}\n`, encoded once and shared by every watcher.
-    pub line: Bytes,
-    /// The protobuf watch frame, encoded the first time a protobuf watcher needs it and shared.
-    pub frame: OnceLock<Bytes>,
+    /// `{"type":...,"object":...}\n`, encoded once and shared by every watcher while the event is
+    /// recent (`recent::Recent`).
+    pub line: Encoded,
+    /// The protobuf watch frame, encoded the first time a protobuf watcher needs it and shared
+    /// while the event is recent.
+    pub frame: Encoded,
 }
 
 impl Event {
+    /// The event's JSON watch line (see `line`).
+    pub fn line(&self) -> Bytes {
+        self.line
+            .get_or(|| event_line(self.ty.as_str(), &self.obj.bytes.get()))
+    }
+
     /// The event's protobuf watch frame (`proto::watch_frame` of the enveloped object).
-    pub fn frame(&self, msg: crate::proto::MsgId, api_version: &str, kind: &str) -> &Bytes {
-        self.frame.get_or_init(|| {
+    pub fn frame(&self, msg: crate::proto::MsgId, api_version: &str, kind: &str) -> Bytes {
+        self.frame.get_or(|| {
             let obj = crate::proto::envelope(api_version, kind, self.obj.proto(msg));
             crate::proto::watch_frame(self.ty.as_str(), &obj)
         })
@@ -283,6 +292,8 @@ pub struct ResourceLog {
     /// Events kept (the watch cache's capacity). NB: bounded so memory is too; a watcher whose cursor
     /// falls out of it gets 410 Expired and relists, as from the apiserver's watch cache.
     window: usize,
+    /// Which events hold their encoded lines.
+    recent: Recent,
 }
 
 impl ResourceLog {
@@ -300,7 +311,19 @@ impl ResourceLog {
             history: VecDeque::new(),
             horizon: 0,
             window: window.max(1),
+            recent: Recent::new(DEFAULT_RECENT_BYTES),
         }
+    }
+
+    /// This log, holding the encoded lines of its newest events up to `bytes` (see `recent`).
+    pub fn with_recent_bytes(mut self, bytes: usize) -> ResourceLog {
+        self.recent = Recent::new(bytes);
+        self
+    }
+
+    /// Bytes of encoded watch lines held for the newest events.
+    pub fn recent_bytes(&self) -> usize {
+        self.recent.held()
     }
 
     pub fn len(&self) -> usize {
@@ -382,13 +405,14 @@ impl ResourceLog {
     fn record(&mut self, ty: EventType, obj: Arc<Entry>, prev: Option<Arc<Entry>>) {
         // NB: the one decompression of an event's object: every watcher shares the line.
         let line = event_line(ty.as_str(), &obj.bytes.get());
+        let line_len = line.len();
         let event = Arc::new(Event {
             rv: obj.rv,
             ty,
             obj,
             prev,
-            line,
-            frame: OnceLock::new(),
+            line: Encoded::held(line),
+            frame: Encoded::default(),
         });
         if let Some(index) = &mut self.by_indexed {
             for v in event_values(&event) {
@@ -400,8 +424,10 @@ impl ResourceLog {
             }
         }
         self.history.push_back(event);
+        self.recent.pushed(&self.history, line_len);
         while self.history.len() > self.window {
             let dropped = self.history.pop_front().expect("len > window >= 1");
+            self.recent.popped_front(&dropped);
             self.horizon = self.horizon.max(dropped.rv);
             if let Some(index) = &mut self.by_indexed {
                 for v in event_values(&dropped) {
@@ -424,6 +450,7 @@ impl ResourceLog {
     /// and exact lists from older RVs get 410.
     pub fn compact(&mut self, rv: u64) {
         self.history.clear();
+        self.recent.cleared();
         self.horizon = self.horizon.max(rv);
         if let Some(index) = &mut self.by_indexed {
             for at in index.values_mut() {

@@ -8,8 +8,11 @@
 //! where each ends.
 
 use std::borrow::Cow;
+use std::cell::RefCell;
 use std::collections::BTreeMap;
 use std::fmt;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use bytes::Bytes;
 use kube_selectors::LabelSet;
@@ -198,7 +201,8 @@ impl fmt::Debug for Fields {
 }
 
 /// An object's JSON as a store holds it: as received (`plain`), or LZ4-compressed (`compress`,
-/// about half the size for Kubernetes objects) and decompressed each time it is read.
+/// about half the size for Kubernetes objects) and decompressed each time it is read, alone or
+/// against a sibling's JSON (`against`, see `siblings`).
 #[derive(Clone)]
 pub struct Json(Repr);
 
@@ -210,6 +214,63 @@ enum Repr {
         block: Box<[u8]>,
         len: u32,
     },
+    /// An LZ4 block compressed with `base`'s JSON as its dictionary: only what differs from it.
+    Against {
+        block: Box<[u8]>,
+        len: u32,
+        base: Arc<Base>,
+    },
+}
+
+/// The JSON of one object of a family (`siblings::Siblings`), held LZ4-compressed, that its
+/// siblings are compressed against.
+pub struct Base {
+    /// Unique for the process's life: what a thread's decompressed copy is known by (an address
+    /// could be reused by a later base).
+    id: u64,
+    json: Json,
+}
+
+impl Base {
+    /// A base holding `json` LZ4-compressed.
+    pub fn new(json: &[u8]) -> Base {
+        static NEXT: AtomicU64 = AtomicU64::new(1);
+        Base {
+            id: NEXT.fetch_add(1, Ordering::Relaxed),
+            json: Json::compress(json),
+        }
+    }
+
+    /// What the base holds (its compressed size).
+    pub fn held_len(&self) -> usize {
+        self.json.held_len()
+    }
+
+    /// Calls `f` with the base's JSON, decompressed once per thread while the thread reads
+    /// members of the same base (a list reads a family's members one after the other).
+    fn with_json<R>(&self, f: impl FnOnce(&[u8]) -> R) -> R {
+        thread_local! {
+            static LAST: RefCell<(u64, Vec<u8>)> = const { RefCell::new((0, Vec::new())) };
+        }
+        LAST.with(|last| {
+            let mut last = last.borrow_mut();
+            if last.0 != self.id {
+                last.1.clear();
+                self.json.append_to(&mut last.1);
+                last.0 = self.id;
+            }
+            f(&last.1)
+        })
+    }
+}
+
+impl fmt::Debug for Base {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Base")
+            .field("id", &self.id)
+            .field("json", &self.json)
+            .finish()
+    }
 }
 
 impl Json {
@@ -229,23 +290,47 @@ impl Json {
         }
     }
 
+    /// The bytes compressed with `base`'s JSON as the dictionary: a few percent of their size
+    /// when they differ from it only in names, uids, addresses and times (a ReplicaSet's pods).
+    pub fn against(bytes: &[u8], base: &Arc<Base>) -> Json {
+        match u32::try_from(bytes.len()) {
+            Ok(len) if len > 0 => Json(Repr::Against {
+                block: base
+                    .with_json(|dict| lz4_flex::block::compress_with_dict(bytes, dict))
+                    .into_boxed_slice(),
+                len,
+                base: base.clone(),
+            }),
+            _ => Json(Repr::Plain(Bytes::copy_from_slice(bytes))),
+        }
+    }
+
     /// Other bytes held in this one's form (a changed version of the same object).
     pub fn like(&self, bytes: Vec<u8>) -> Json {
-        match self.0 {
+        match &self.0 {
             Repr::Plain(_) => Json::plain(Bytes::from(bytes)),
             Repr::Lz4 { .. } => Json::compress(&bytes),
+            Repr::Against { base, .. } => Json::against(&bytes, base),
         }
     }
 
     pub fn is_compressed(&self) -> bool {
-        matches!(self.0, Repr::Lz4 { .. })
+        !matches!(self.0, Repr::Plain(_))
+    }
+
+    /// The base this JSON is compressed against, if any.
+    pub fn base(&self) -> Option<&Arc<Base>> {
+        match &self.0 {
+            Repr::Against { base, .. } => Some(base),
+            _ => None,
+        }
     }
 
     /// The length of the JSON (not of its compressed form).
     pub fn len(&self) -> usize {
         match &self.0 {
             Repr::Plain(b) => b.len(),
-            Repr::Lz4 { len, .. } => *len as usize,
+            Repr::Lz4 { len, .. } | Repr::Against { len, .. } => *len as usize,
         }
     }
 
@@ -253,11 +338,12 @@ impl Json {
         self.len() == 0
     }
 
-    /// What the store holds for it (the compressed size when compressed).
+    /// What the store holds for it (the compressed size when compressed; a base is shared, and
+    /// not counted here).
     pub fn held_len(&self) -> usize {
         match &self.0 {
             Repr::Plain(b) => b.len(),
-            Repr::Lz4 { block, .. } => block.len(),
+            Repr::Lz4 { block, .. } | Repr::Against { block, .. } => block.len(),
         }
     }
 
@@ -265,7 +351,7 @@ impl Json {
     pub fn get(&self) -> Cow<'_, [u8]> {
         match &self.0 {
             Repr::Plain(b) => Cow::Borrowed(b),
-            Repr::Lz4 { len, .. } => {
+            Repr::Lz4 { len, .. } | Repr::Against { len, .. } => {
                 let mut out = Vec::with_capacity(*len as usize);
                 self.append_to(&mut out);
                 Cow::Owned(out)
@@ -277,7 +363,7 @@ impl Json {
     pub fn to_bytes(&self) -> Bytes {
         match &self.0 {
             Repr::Plain(b) => b.clone(),
-            Repr::Lz4 { .. } => Bytes::from(self.get().into_owned()),
+            Repr::Lz4 { .. } | Repr::Against { .. } => Bytes::from(self.get().into_owned()),
         }
     }
 
@@ -291,6 +377,16 @@ impl Json {
                 // The block was compressed from `len` bytes here: it decompresses to exactly that.
                 let n = lz4_flex::block::decompress_into(block, &mut out[start..])
                     .expect("a block this store compressed decompresses");
+                debug_assert_eq!(n, *len as usize);
+            }
+            Repr::Against { block, len, base } => {
+                let start = out.len();
+                out.resize(start + *len as usize, 0);
+                // As above, with the dictionary it was compressed with.
+                let n = base.with_json(|dict| {
+                    lz4_flex::block::decompress_into_with_dict(block, &mut out[start..], dict)
+                });
+                let n = n.expect("a block this store compressed decompresses");
                 debug_assert_eq!(n, *len as usize);
             }
         }
@@ -309,6 +405,14 @@ impl PartialEq for Json {
             (Repr::Plain(a), Repr::Plain(b)) => a == b,
             // LZ4 compression is deterministic, so equal blocks mean equal JSON and the converse.
             (Repr::Lz4 { block: a, .. }, Repr::Lz4 { block: b, .. }) => a == b,
+            (
+                Repr::Against {
+                    block: a, base: x, ..
+                },
+                Repr::Against {
+                    block: b, base: y, ..
+                },
+            ) if Arc::ptr_eq(x, y) => a == b,
             _ => self.len() == other.len() && self.get() == other.get(),
         }
     }

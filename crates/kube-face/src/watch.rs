@@ -204,8 +204,8 @@ impl<B: Backend> Watch<B> {
     /// A stored event's line (or frame), encoded once and shared by every watcher.
     fn event_line(&self, ev: &Event) -> Bytes {
         match self.out.proto() {
-            Some(msg) => ev.frame(msg, &self.out.api_version, &self.out.kind).clone(),
-            None => ev.line.clone(),
+            Some(msg) => ev.frame(msg, &self.out.api_version, &self.out.kind),
+            None => ev.line(),
         }
     }
 

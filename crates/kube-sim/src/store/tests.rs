@@ -281,7 +281,7 @@ fn deleted_events_carry_the_last_state_at_the_deletion_rv() {
         .expect("window");
     assert_eq!(events.len(), 1);
     assert_eq!(events[0].ty, EventType::Deleted);
-    let line: Value = serde_json::from_slice(&events[0].line).expect("json line");
+    let line: Value = serde_json::from_slice(&events[0].line()).expect("json line");
     assert_eq!(line["type"], "DELETED");
     assert_eq!(
         line["object"]["metadata"]["resourceVersion"],
