@@ -67,7 +67,7 @@ impl Schema {
 
 thread_local! {
     /// The tape and slot stack of `Schema::encode`, kept per thread so encoding allocates nothing
-    /// but its output once they have grown to the largest object seen.
+    /// but its output and a list of map entries once they have grown to the largest object seen.
     static SCRATCH: std::cell::RefCell<Scratch> = Default::default();
 }
 
