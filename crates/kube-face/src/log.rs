@@ -503,8 +503,7 @@ impl ResourceLog {
                 oldest: self.horizon,
             });
         }
-        let start = self.history.partition_point(|e| e.rv <= rv);
-        Ok(self.history.range(start..).take(max).cloned().collect())
+        Ok(first_after(&self.history, rv, max))
     }
 
     /// The first `max` events after `rv` whose object or previous state has `value` as its
@@ -531,11 +530,7 @@ impl ResourceLog {
                 oldest: horizon,
             });
         }
-        let Some(events) = events else {
-            return Ok(Vec::new());
-        };
-        let start = events.partition_point(|e| e.rv <= rv);
-        Ok(events.range(start..).take(max).cloned().collect())
+        Ok(events.map_or_else(Vec::new, |events| first_after(events, rv, max)))
     }
 
     /// One page of a list at `at`, where `current` is the newest RV the log is complete to. `ns`: a
@@ -639,6 +634,12 @@ impl ResourceLog {
 /// An entry's [`INDEXED_FIELD`] value, if it has one.
 fn indexed(e: &Entry) -> Option<&str> {
     e.fields.get(INDEXED_FIELD).filter(|v| !v.is_empty())
+}
+
+/// The first `max` of `events` (in RV order) after `rv`.
+fn first_after(events: &VecDeque<Arc<Event>>, rv: u64, max: usize) -> Vec<Arc<Event>> {
+    let start = events.partition_point(|e| e.rv <= rv);
+    events.range(start..).take(max).cloned().collect()
 }
 
 /// The distinct [`INDEXED_FIELD`] values of an event's object and previous state.
