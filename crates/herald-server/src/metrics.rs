@@ -237,7 +237,7 @@ impl Metrics {
         );
         r.register(
             "sd_body_bytes_held",
-            "Bytes the HTTP SD bodies kept between requests hold (LZ4 blocks, gzip forms, bookkeeping)",
+            "Bytes the HTTP SD bodies kept between requests hold (zstd blocks, gzip forms, bookkeeping)",
             self.bodies.held.clone(),
         );
         r.register(

@@ -1,4 +1,4 @@
-//! Encoded snapshots: one job (or one shard of it) at one generation, as HTTP SD JSON held in LZ4
+//! Encoded snapshots: one job (or one shard of it) at one generation, as HTTP SD JSON held in zstd
 //! blocks (and gzip on ask), with its ETag. Encoded once and shared by every response while
 //! `bodies::BodyStore` keeps it; the next generation takes over its unchanged blocks.
 
@@ -31,7 +31,7 @@ impl Shard {
     }
 }
 
-/// One encoded response body, held as LZ4 blocks of whole groups (`blocks`).
+/// One encoded response body, held as zstd blocks of whole groups (`blocks`).
 #[derive(Debug)]
 pub struct Encoded {
     pub generation: u64,
@@ -308,7 +308,7 @@ impl Encoded {
         out
     }
 
-    /// Bytes this body keeps: its blocks (LZ4, and deflated once the gzip form is made), their
+    /// Bytes this body keeps: its blocks (zstd, and deflated once the gzip form is made), their
     /// bookkeeping and its groups' spans.
     pub fn held_bytes(&self) -> usize {
         std::mem::size_of::<Encoded>()

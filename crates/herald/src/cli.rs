@@ -132,7 +132,7 @@ pub struct ServeArgs {
     /// herald_upstream_oversized_objects_total; the object's last good version is kept).
     #[arg(long, value_name = "BYTES", default_value_t = herald_server::frames::DEFAULT_MAX_OBJECT_BYTES)]
     pub max_object_bytes: usize,
-    /// The most the HTTP SD response bodies kept between requests may hold, in bytes (LZ4 blocks
+    /// The most the HTTP SD response bodies kept between requests may hold, in bytes (zstd blocks
     /// and gzip forms; least recently used evicted first, rebuilt on the next request). Shown as
     /// herald_sd_body_bytes_held; 0 keeps none.
     #[arg(long, value_name = "BYTES", default_value_t = herald_server::bodies::DEFAULT_BUDGET_BYTES)]

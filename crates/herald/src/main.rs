@@ -19,6 +19,7 @@ static GLOBAL: herald_alloc::MiMalloc = herald_alloc::MiMalloc;
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
+    herald_alloc::disable_transparent_huge_pages();
     let cli = cli::Cli::parse();
     herald_server::heap::set_release(herald_alloc::release_free_memory);
     // The demo's start-up output is what a newcomer reads: its logs default to warnings only.
