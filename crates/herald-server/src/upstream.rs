@@ -107,6 +107,7 @@ pub fn spawn(
                 shared: shared.clone(),
                 streaming,
                 siblings: Siblings::new(),
+                slim_siblings: Siblings::keeping(3, 4),
             };
             tokio::spawn(feed.run(shutdown.clone()).instrument(span))
         })
@@ -212,6 +213,11 @@ struct Feed {
     streaming: bool,
     /// The bases the face's JSON of this resource is compressed against (`kube_face::siblings`).
     siblings: Siblings,
+    /// The bases the own bytes of this resource's slim projections are compressed against
+    /// (`segments::Slim`). NB: a member starts a new base only past 3/4 of its size: most of a
+    /// projection is its own names, uids and addresses, so members keep ~0.45 of it, not the face's
+    /// quarter.
+    slim_siblings: Siblings,
 }
 
 impl Feed {
@@ -301,7 +307,11 @@ impl Feed {
                 let (bytes, shared) = slim::project_marked(kind.mask(), raw).map_err(|e| {
                     format!("{} {}/{}: {e}", self.resource.plural, h.key.0, h.key.1)
                 })?;
-                Some(self.shared.segments.slim(bytes, &shared))
+                Some(
+                    self.shared
+                        .segments
+                        .slim(bytes, &shared, &self.slim_siblings, &h.key),
+                )
             }
             None => None,
         };

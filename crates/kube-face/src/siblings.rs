@@ -14,14 +14,22 @@ use std::sync::{Arc, Mutex, Weak};
 use crate::log::Key;
 use crate::packed::{Base, Json};
 
-/// A member compressed to more than this fraction of its JSON (1/`POOR`) starts a new base for its
-/// family: the family has drifted from its base (a new image, a new template).
+/// By default, a member compressed to more than this fraction of its JSON (1/`POOR`) starts a new
+/// base for its family: the family has drifted from its base (a new image, a new template).
 const POOR: usize = 4;
 
 /// The bases of one resource's families.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct Siblings {
     families: Mutex<Families>,
+    /// A member compressed to more than `kept.0 / kept.1` of its size starts a new base.
+    kept: (usize, usize),
+}
+
+impl Default for Siblings {
+    fn default() -> Siblings {
+        Siblings::keeping(1, POOR)
+    }
 }
 
 #[derive(Debug, Default)]
@@ -37,6 +45,17 @@ impl Siblings {
         Siblings::default()
     }
 
+    /// Siblings whose members start a new base only when they compress to more than
+    /// `numerator / denominator` of their size: for documents whose members are mostly their own
+    /// (discovery's slim projections, where names, uids, addresses and container ids are most of
+    /// the bytes) and still gain from the base's keys and structure.
+    pub fn keeping(numerator: usize, denominator: usize) -> Siblings {
+        Siblings {
+            families: Mutex::default(),
+            kept: (numerator, denominator.max(1)),
+        }
+    }
+
     /// `json`, the JSON of the object at `key`, compressed against its family's base (the first
     /// member seen becomes it).
     pub fn compress(&self, key: &Key, json: &[u8]) -> Json {
@@ -44,7 +63,7 @@ impl Siblings {
         let found = self.lock().bases.get(&family).and_then(Weak::upgrade);
         if let Some(base) = found {
             let j = Json::against(json, &base);
-            if j.held_len() * POOR <= json.len() {
+            if j.held_len() * self.kept.1 <= json.len() * self.kept.0 {
                 return j;
             }
         }
