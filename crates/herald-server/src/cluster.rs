@@ -131,18 +131,19 @@ impl WatchKind {
 
 /// An object's identity within its kind. Cluster-scoped objects have an empty namespace.
 /// NB: cheap to clone (shared strings): the index keys groups, dependencies and dependents by it,
-/// hundreds of thousands of copies at `k8s-limits`; `Cluster::key` hands out the stored copy.
+/// hundreds of thousands of copies at `k8s-limits`; `Cluster::key` hands out the stored copy. Each
+/// string is one word (`ArcStr`; `Arc<str>` is two).
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct ObjectKey {
-    pub namespace: Arc<str>,
-    pub name: Arc<str>,
+    pub namespace: arcstr::ArcStr,
+    pub name: arcstr::ArcStr,
 }
 
 impl ObjectKey {
     pub fn new(namespace: &str, name: &str) -> ObjectKey {
         ObjectKey {
-            namespace: Arc::from(namespace),
-            name: Arc::from(name),
+            namespace: namespace.into(),
+            name: name.into(),
         }
     }
 

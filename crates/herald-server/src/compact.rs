@@ -17,37 +17,53 @@ use hashbrown::HashTable;
 
 use herald_core::{JobRelabel, LabelSet, SharedGroup, TargetGroup};
 
-/// An interned string.
-pub type Sym = Arc<str>;
+/// An interned string. NB: `ArcStr` is one word (`Arc<str>` is two): a target refers to ~10 strings
+/// through its blocks and its address, and 766,130 targets at `k8s-limits` made the handles alone
+/// ~50 MB (DESIGN-NOTES section 2).
+pub type Sym = arcstr::ArcStr;
 
 /// Prometheus's address label.
 const ADDRESS: &str = "__address__";
 
-/// A sorted run of labels with unique names, interned: equal blocks share one allocation.
-#[derive(Debug, Clone, Eq)]
-pub struct Block(Arc<[(Sym, Sym)]>);
+/// A sorted run of labels with unique names, interned: equal blocks share one allocation. NB: a
+/// `ThinArc` is one word (`Arc<[T]>` is two), and a target holds three to five blocks.
+#[derive(Debug, Clone)]
+pub struct Block(triomphe::ThinArc<(), (Sym, Sym)>);
 
 impl PartialEq for Block {
     fn eq(&self, other: &Block) -> bool {
-        Arc::ptr_eq(&self.0, &other.0) || self.0 == other.0
+        self.ptr_eq(other) || self.pairs() == other.pairs()
     }
 }
+
+impl Eq for Block {}
 
 impl Hash for Block {
     fn hash<H: Hasher>(&self, state: &mut H) {
-        self.0.hash(state);
-    }
-}
-
-impl std::borrow::Borrow<[(Sym, Sym)]> for Block {
-    fn borrow(&self) -> &[(Sym, Sym)] {
-        &self.0
+        self.pairs().hash(state);
     }
 }
 
 impl Block {
+    fn new(pairs: &[(Sym, Sym)]) -> Block {
+        Block(triomphe::ThinArc::from_header_and_iter(
+            (),
+            pairs.iter().cloned(),
+        ))
+    }
+
     pub fn pairs(&self) -> &[(Sym, Sym)] {
-        &self.0
+        &self.0.slice
+    }
+
+    /// Whether `self` and `other` are one allocation.
+    pub fn ptr_eq(&self, other: &Block) -> bool {
+        std::ptr::eq(self.0.heap_ptr(), other.0.heap_ptr())
+    }
+
+    /// Whether nothing but the interner holds this block.
+    fn unused(&self) -> bool {
+        triomphe::ThinArc::strong_count(&self.0) <= 1
     }
 }
 
@@ -97,7 +113,7 @@ fn family(key: &str) -> usize {
 /// An interned string's identity: its address, unique while the string is interned (a block holds
 /// its strings, so they outlive it).
 fn sym_id(s: &Sym) -> usize {
-    Arc::as_ptr(s) as *const u8 as usize
+    s.as_ptr() as usize
 }
 
 fn block_hash(hasher: &foldhash::fast::RandomState, pairs: &[(Sym, Sym)]) -> u64 {
@@ -161,7 +177,7 @@ impl Interner {
         if let Some(sym) = table.find(hash, |sym| **sym == *s) {
             return sym.clone();
         }
-        let sym: Sym = Arc::from(s);
+        let sym = Sym::from(s);
         table.insert_unique(hash, sym.clone(), |sym| self.hasher.hash_one(&**sym));
         sym
     }
@@ -169,17 +185,17 @@ impl Interner {
     fn block(&self, pairs: &[(Sym, Sym)]) -> Block {
         let hash = block_hash(&self.hasher, pairs);
         let same = |b: &Block| {
-            b.0.len() == pairs.len()
-                && b.0
+            b.pairs().len() == pairs.len()
+                && b.pairs()
                     .iter()
                     .zip(pairs)
-                    .all(|((bk, bv), (k, v))| Arc::ptr_eq(bk, k) && Arc::ptr_eq(bv, v))
+                    .all(|((bk, bv), (k, v))| Sym::ptr_eq(bk, k) && Sym::ptr_eq(bv, v))
         };
         let mut table = lock(&self.blocks, hash);
         if let Some(b) = table.find(hash, same) {
             return b.clone();
         }
-        let b = Block(Arc::from(pairs));
+        let b = Block::new(pairs);
         table.insert_unique(hash, b.clone(), |b| block_hash(&self.hasher, b.pairs()));
         b
     }
@@ -212,7 +228,7 @@ impl Interner {
         let mut pairs: Vec<(Sym, Sym)> = a
             .pairs()
             .iter()
-            .filter(|(k, _)| !b.pairs().iter().any(|(bk, _)| Arc::ptr_eq(k, bk)))
+            .filter(|(k, _)| !b.pairs().iter().any(|(bk, _)| Sym::ptr_eq(k, bk)))
             .cloned()
             .collect();
         pairs.extend(b.pairs().iter().cloned());
@@ -231,11 +247,12 @@ impl Interner {
         // Blocks first: a dropped block releases its strings.
         for shard in self.blocks.iter_mut() {
             let table = shard.get_mut().unwrap_or_else(PoisonError::into_inner);
-            table.retain(|b| Arc::strong_count(&b.0) > 1);
+            table.retain(|b| !b.unused());
         }
         for shard in self.syms.iter_mut() {
             let table = shard.get_mut().unwrap_or_else(PoisonError::into_inner);
-            table.retain(|s| Arc::strong_count(s) > 1);
+            // A static string (arcstr's empty one) is never dropped, nor counted.
+            table.retain(|s| Sym::strong_count(s).is_none_or(|n| n > 1));
         }
         self.swept = self.len();
     }
@@ -668,10 +685,10 @@ mod tests {
         ] {
             let in_pod_job = block_with(&a.labels, key);
             let in_slice = block_with(&b.targets[0].blocks, key);
-            assert!(Arc::ptr_eq(&in_pod_job.0, &in_slice.0), "{key}");
+            assert!(in_pod_job.ptr_eq(in_slice), "{key}");
             assert_eq!(hash_of(in_pod_job), hash_of(in_slice));
         }
-        assert!(Arc::ptr_eq(
+        assert!(Sym::ptr_eq(
             &a.targets[0].address.host,
             &b.targets[0].address.host
         ));
@@ -711,7 +728,7 @@ mod tests {
         let a = Address::of("127.16.0.1:8080", &interner);
         assert_eq!(a.port, Some(8080));
         assert!(
-            Arc::ptr_eq(&a.host, &interner.sym("127.16.0.1")),
+            Sym::ptr_eq(&a.host, &interner.sym("127.16.0.1")),
             "the host is the interned IP"
         );
     }
@@ -722,10 +739,7 @@ mod tests {
         let a = pod_group("web-1", "127.16.0.1", &interner);
         let b = pod_group("web-2", "127.16.0.2", &interner);
         let shared = |key: &str, blocks: fn(&Group) -> &[Block]| {
-            Arc::ptr_eq(
-                &block_with(blocks(&a), key).0,
-                &block_with(blocks(&b), key).0,
-            )
+            block_with(blocks(&a), key).ptr_eq(block_with(blocks(&b), key))
         };
         let group_blocks: fn(&Group) -> &[Block] = |g| &g.labels;
         let target_blocks: fn(&Group) -> &[Block] = |g| &g.targets[0].blocks;
@@ -778,10 +792,7 @@ mod tests {
         assert_eq!(encode(&shared), encode(&flat));
         let pod_block =
             |t: &Target| block_with(&t.blocks, "__meta_kubernetes_pod_label_app").clone();
-        assert!(Arc::ptr_eq(
-            &pod_block(&shared.targets[0]).0,
-            &pod_block(&shared.targets[1]).0
-        ));
+        assert!(pod_block(&shared.targets[0]).ptr_eq(&pod_block(&shared.targets[1])));
     }
 
     #[test]
