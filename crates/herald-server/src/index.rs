@@ -14,6 +14,7 @@ use crate::cluster::{
 };
 use crate::compact::{Group, Interner, PodBlocks};
 use crate::filter::JobSpec;
+use crate::snapshot::Groups;
 
 /// Which jobs an index operation changed (by position in the job list).
 pub type Changed = BTreeSet<usize>;
@@ -30,6 +31,9 @@ struct JobState {
     /// Bumped once per index operation that changed this job's groups.
     generation: u64,
     targets: usize,
+    /// The groups in order at a generation, as `cut` last made them: every shard's body of one
+    /// generation shares the one vector (`snapshot::Groups`).
+    cut: std::sync::Mutex<Option<(u64, Groups)>>,
 }
 
 /// The groups built from one looked-up object. NB: most objects feed one group (a pod, the slice
@@ -100,7 +104,7 @@ impl Dependents {
 #[derive(Debug, Clone)]
 pub struct JobCut {
     pub generation: u64,
-    pub groups: Vec<Arc<Group>>,
+    pub groups: Groups,
 }
 
 /// Every job's target groups over one `Cluster`.
@@ -204,9 +208,22 @@ impl Index {
     /// The generation and groups of job `job`.
     pub fn cut(&self, job: usize) -> JobCut {
         let state = &self.jobs[job];
+        // A panic while the cache was held left it consistent (it is set in one assignment).
+        let mut cached = state
+            .cut
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let groups = match &*cached {
+            Some((generation, groups)) if *generation == state.generation => groups.clone(),
+            _ => {
+                let groups: Groups = state.groups.values().cloned().collect();
+                *cached = Some((state.generation, groups.clone()));
+                groups
+            }
+        };
         JobCut {
             generation: state.generation,
-            groups: state.groups.values().cloned().collect(),
+            groups,
         }
     }
 
@@ -232,7 +249,7 @@ impl Index {
         }
         JobCut {
             generation: state.generation,
-            groups,
+            groups: groups.into(),
         }
     }
 

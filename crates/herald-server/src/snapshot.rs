@@ -31,6 +31,42 @@ impl Shard {
     }
 }
 
+/// A job's groups at one generation, in order: one vector shared by every shard's body built from
+/// it (`index::Index::cut` hands out the same one until the job changes). NB: each body held its
+/// own copy before, one pointer per group of the whole job (a pod job's shard sees every pod): 12
+/// MB for ten shards of 150,000 pods, twice over while two generations are held.
+pub type Groups = Arc<[Arc<Group>]>;
+
+/// What a body is built from: a job's shared cut, kept as it is, or any other run of groups, copied
+/// once into a `Groups` of its own (tests, and views over some namespaces).
+pub trait IntoGroups {
+    fn into_groups(self) -> Groups;
+}
+
+impl IntoGroups for &Groups {
+    fn into_groups(self) -> Groups {
+        self.clone()
+    }
+}
+
+impl IntoGroups for &[Arc<Group>] {
+    fn into_groups(self) -> Groups {
+        self.into()
+    }
+}
+
+impl IntoGroups for &Vec<Arc<Group>> {
+    fn into_groups(self) -> Groups {
+        self.as_slice().into()
+    }
+}
+
+impl<const N: usize> IntoGroups for &[Arc<Group>; N] {
+    fn into_groups(self) -> Groups {
+        self.as_slice().into()
+    }
+}
+
 /// One encoded response body, held as zstd blocks of whole groups (`blocks`).
 #[derive(Debug)]
 pub struct Encoded {
@@ -47,7 +83,7 @@ pub struct Encoded {
     block_first: Vec<u32>,
     /// Every group the body was built from, in order (held, so their addresses cannot be reused):
     /// the next generation copies the groups and blocks that did not change instead of encoding them.
-    groups: Vec<Arc<Group>>,
+    groups: Groups,
     /// Where the entries of each group that has some are, in group order.
     spans: Vec<Span>,
     /// What besides the groups the body was built from (the PeerAuthentications' generation for an
@@ -59,15 +95,27 @@ pub struct Encoded {
 }
 
 /// Where one group's entries are: in block `block`, `len` bytes from `start` (the comma before
-/// them excluded).
+/// them excluded). NB: 28 bytes, not 40 (offsets as `u32`, the digest as two halves so nothing is
+/// 8-aligned): a body holds one per group with entries in it, ~1 million across the bodies of the
+/// steady-state benchmark.
 #[derive(Debug, Clone, Copy)]
 struct Span {
-    start: usize,
-    len: usize,
-    digest: u64,
+    start: u32,
+    len: u32,
+    digest: [u32; 2],
     group: u32,
     block: u32,
     targets: u32,
+}
+
+impl Span {
+    fn range(&self) -> Range<usize> {
+        self.start as usize..(self.start + self.len) as usize
+    }
+
+    fn digest(&self) -> u64 {
+        u64::from(self.digest[0]) | (u64::from(self.digest[1]) << 32)
+    }
 }
 
 /// What a held group and span cost besides the blocks.
@@ -98,7 +146,7 @@ pub struct IstioEncoding<'a> {
 
 impl Encoded {
     /// Encodes the groups (in their stable order), keeping only the shard's entries.
-    pub fn build(generation: u64, groups: &[Arc<Group>], shard: Option<Shard>) -> Encoded {
+    pub fn build(generation: u64, groups: impl IntoGroups, shard: Option<Shard>) -> Encoded {
         Encoded::build_after(None, generation, groups, shard, None)
     }
 
@@ -107,17 +155,18 @@ impl Encoded {
     pub fn build_after(
         prev: Option<&Encoded>,
         generation: u64,
-        groups: &[Arc<Group>],
+        groups: impl IntoGroups,
         shard: Option<Shard>,
         relabel: Option<&JobRelabel>,
     ) -> Encoded {
+        let groups = groups.into_groups();
         let mut scratch = Vec::new();
         let mut address = String::new();
         let mut labels = LabelSet::new();
         // The group's relabeled entries written so far: hash of the entry's bytes → where it is.
         let mut written: HashMap<u64, Range<usize>, foldhash::fast::FixedState> =
             HashMap::default();
-        Encoded::build_with(prev, generation, groups, 0, |group, json, targets| {
+        Encoded::build_with(prev, generation, &groups, 0, |group, json, targets| {
             if let Some(relabel) = relabel {
                 // A shard is cut from the relabeled targets, by their final address.
                 let may_keep = group.may_keep(relabel);
@@ -176,10 +225,11 @@ impl Encoded {
         prev: Option<&Encoded>,
         prev_other: Option<&Encoded>,
         generation: u64,
-        groups: &[Arc<Group>],
+        groups: impl IntoGroups,
         shard: Option<Shard>,
         istio: &IstioEncoding<'_>,
     ) -> (Encoded, Encoded) {
+        let groups = groups.into_groups();
         let other = istio.part.other();
         let mut labels = LabelSet::new();
         let mut served: Vec<Served> = Vec::new();
@@ -190,7 +240,7 @@ impl Encoded {
         let own = Encoded::build_with(
             prev,
             generation,
-            groups,
+            &groups,
             istio.salt,
             |group, json, targets| {
                 place_group(group, istio, shard, &mut labels, &mut served);
@@ -204,7 +254,7 @@ impl Encoded {
         let theirs = Encoded::build_with(
             prev_other,
             generation,
-            groups,
+            &groups,
             istio.salt,
             |group, json, targets| match stashed.get(&std::ptr::from_ref(group)) {
                 Some((range, n)) => {
@@ -235,7 +285,7 @@ impl Encoded {
     fn build_with<'g>(
         prev: Option<&Encoded>,
         generation: u64,
-        groups: &'g [Arc<Group>],
+        groups: &'g Groups,
         salt: u64,
         mut write: impl FnMut(&'g Group, &mut Vec<u8>, &mut usize),
     ) -> Encoded {
@@ -260,7 +310,7 @@ impl Encoded {
                     }
                     b.copy_span(span);
                     targets += span.targets as usize;
-                    b.push_span(span.digest, start, span.targets as usize);
+                    b.push_span(span.digest(), start, span.targets as usize);
                 }
                 Some(None) => {} // no entries before, none now: the group did not change
                 None => {
@@ -309,7 +359,8 @@ impl Encoded {
     }
 
     /// Bytes this body keeps: its blocks (zstd, and deflated once the gzip form is made), their
-    /// bookkeeping and its groups' spans.
+    /// bookkeeping, its groups' spans and the pointers to its groups (shared with the other shards
+    /// of its generation but counted in each: an upper bound).
     pub fn held_bytes(&self) -> usize {
         std::mem::size_of::<Encoded>()
             + self.blocks.iter().map(|b| b.held_bytes()).sum::<usize>()
@@ -468,15 +519,16 @@ impl<'p> Builder<'p> {
             self.expanded = Some(span.block);
         }
         self.pending
-            .extend_from_slice(&self.expanded_buf[span.start..span.start + span.len]);
+            .extend_from_slice(&self.expanded_buf[span.range()]);
     }
 
     /// Records the current group's entries, from `start` in the pending block to its end.
     fn push_span(&mut self, digest: u64, start: usize, targets: usize) {
         self.spans.push(Span {
-            start,
-            len: self.pending.len() - start,
-            digest,
+            start: index_u32(start),
+            len: index_u32(self.pending.len() - start),
+            // The digest's two halves (see `Span`).
+            digest: [digest as u32, (digest >> 32) as u32],
             group: index_u32(self.group_count),
             block: index_u32(self.blocks.len()),
             targets: index_u32(targets),
@@ -515,17 +567,14 @@ impl<'p> Builder<'p> {
         self.pending_first = self.group_count;
     }
 
-    fn finish(
-        mut self,
-        generation: u64,
-        groups: &[Arc<Group>],
-        targets: usize,
-        salt: u64,
-    ) -> Encoded {
+    fn finish(mut self, generation: u64, groups: &Groups, targets: usize, salt: u64) -> Encoded {
         self.close_block();
+        // The first body of a (job, shard) grew its spans by doubling; later ones reserve what the
+        // previous one held.
+        self.spans.shrink_to_fit();
         let mut md5 = Md5::new();
         for s in &self.spans {
-            md5.update(s.digest.to_le_bytes());
+            md5.update(s.digest().to_le_bytes());
         }
         let etag = format!(
             "\"{}\"",
@@ -541,7 +590,7 @@ impl<'p> Builder<'p> {
             len: self.len + 1,
             blocks: self.blocks,
             block_first: self.block_first,
-            groups: groups.to_vec(),
+            groups: groups.clone(),
             spans: self.spans,
             salt,
             gzip: OnceLock::new(),

@@ -124,7 +124,7 @@ pub(super) fn explain_monitor(
         let mut targets = 0;
         let mut mtls = 0;
         let mut labels = LabelSet::new();
-        for group in &cut.groups {
+        for group in cut.groups.iter() {
             let mut group_targets = Vec::new();
             let mut picked = false;
             let mut near: Option<NearMiss> = None;

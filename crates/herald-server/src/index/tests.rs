@@ -150,6 +150,22 @@ fn an_unchanged_object_does_not_bump_the_generation() {
 }
 
 #[test]
+fn the_cuts_of_one_generation_share_one_vector_and_a_change_makes_a_new_one() {
+    let mut index = Index::new(vec![job("pods", Role::Pod, NONE, &[])]);
+    index.apply(mk_pod("default", "web-1", "127.16.0.5", "web", "node-a"));
+    let (a, b) = (index.cut(0), index.cut(0));
+    assert!(
+        Arc::ptr_eq(&a.groups, &b.groups),
+        "every shard's body shares it"
+    );
+    index.apply(mk_pod("default", "web-2", "127.16.0.6", "web", "node-a"));
+    let c = index.cut(0);
+    assert_eq!(c.generation, a.generation + 1);
+    assert_eq!((a.groups.len(), c.groups.len()), (1, 2));
+    assert!(Arc::ptr_eq(&c.groups, &index.cut(0).groups));
+}
+
+#[test]
 fn deleting_a_pod_removes_its_group_and_bumps_the_generation() {
     let mut index = Index::new(vec![job("pods", Role::Pod, NONE, &[])]);
     index.apply(mk_pod("default", "web-1", "127.16.0.5", "web", "node-a"));
