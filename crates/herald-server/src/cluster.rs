@@ -141,8 +141,21 @@ pub struct ObjectKey {
 
 impl ObjectKey {
     pub fn new(namespace: &str, name: &str) -> ObjectKey {
+        // The last namespace this thread made a key in, shared by the next key in the same one:
+        // objects come listed and indexed namespace by namespace, so ~100 namespaces at
+        // `k8s-limits` are a handful of copies, not one per object (150,000 pods).
+        thread_local! {
+            static LAST: std::cell::RefCell<arcstr::ArcStr> =
+                const { std::cell::RefCell::new(arcstr::ArcStr::new()) };
+        }
+        let namespace = LAST.with_borrow_mut(|last| {
+            if **last != *namespace {
+                *last = namespace.into();
+            }
+            last.clone()
+        });
         ObjectKey {
-            namespace: namespace.into(),
+            namespace,
             name: name.into(),
         }
     }
