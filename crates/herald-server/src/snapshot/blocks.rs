@@ -92,12 +92,9 @@ impl Block {
         buf.clear();
         buf.reserve(self.raw_len);
         let n = UNPACK.with_borrow_mut(|d| {
-            let d = match d {
-                Some(d) => d,
-                None => d.insert(
-                    zstd::bulk::Decompressor::new().expect("allocating a zstd context succeeds"),
-                ),
-            };
+            let d = d.get_or_insert_with(|| {
+                zstd::bulk::Decompressor::new().expect("allocating a zstd context succeeds")
+            });
             // Writes from the start of `buf` (empty) into its capacity and sets its length.
             d.decompress_to_buffer(&self.packed, buf)
         });
@@ -142,13 +139,12 @@ fn pack(raw: &[u8]) -> Box<[u8]> {
             const { RefCell::new(None) };
     }
     PACK.with_borrow_mut(|ctx| {
-        let (c, out) = match ctx {
-            Some(ctx) => ctx,
-            None => ctx.insert((
+        let (c, out) = ctx.get_or_insert_with(|| {
+            (
                 zstd::bulk::Compressor::new(LEVEL).expect("allocating a zstd context succeeds"),
                 Vec::new(),
-            )),
-        };
+            )
+        });
         out.clear();
         out.reserve(zstd::zstd_safe::compress_bound(raw.len()));
         c.compress_to_buffer(raw, out)
