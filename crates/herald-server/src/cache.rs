@@ -46,7 +46,7 @@ pub struct ResourceCache {
 #[derive(Debug, Clone)]
 pub struct Ingested {
     pub entry: Arc<Entry>,
-    pub slim: Option<crate::segments::Slim>,
+    pub slim: Option<crate::cluster::Projection>,
 }
 
 /// One upstream change.

@@ -403,7 +403,64 @@ impl Object {
 #[derive(Debug)]
 pub struct Stored {
     entry: Arc<Entry>,
-    slim: Slim,
+    slim: Projection,
+}
+
+/// What discovery keeps of an object beside its cache entry: its slim projection, or, where the entry
+/// keeps the object's JSON (the Kubernetes API face serves it), only the projection's digest: the
+/// projection is made again from the entry's JSON when discovery decodes the object.
+/// NB: the face holds every object's JSON anyway, compressed against a sibling's; a second, slim copy
+/// was ~70 MB of live heap at `k8s-limits` (DESIGN-NOTES sections 1 and 11).
+#[derive(Debug, Clone)]
+pub enum Projection {
+    Held(Slim),
+    FromEntry {
+        /// xxHash64 of the projection: what tells a changed object from a byte-equal one (see
+        /// `same`).
+        digest: u64,
+    },
+}
+
+impl Projection {
+    /// The form kept for a projection `bytes` (with `shared`, its values worth keeping once) of an
+    /// object whose entry does (`from_entry`) or does not keep the JSON it was projected from.
+    pub fn of(
+        bytes: Vec<u8>,
+        shared: &[std::ops::Range<usize>],
+        from_entry: bool,
+        segments: &crate::segments::Segments,
+        siblings: &kube_face::Siblings,
+        key: &kube_face::Key,
+    ) -> Projection {
+        if from_entry {
+            Projection::FromEntry {
+                digest: digest(&bytes),
+            }
+        } else {
+            Projection::Held(segments.slim(bytes, shared, siblings, key))
+        }
+    }
+
+    fn digest(&self) -> u64 {
+        match self {
+            Projection::Held(slim) => slim.with_json(digest),
+            Projection::FromEntry { digest } => *digest,
+        }
+    }
+
+    /// Whether two versions project the same. NB: two digests are compared as the projections they
+    /// stand for; two different projections with equal 64-bit digests (odds 2^-64 per change) would
+    /// be taken for unchanged until the object's next change.
+    fn same(&self, other: &Projection) -> bool {
+        match (self, other) {
+            (Projection::Held(a), Projection::Held(b)) => a == b,
+            _ => self.digest() == other.digest(),
+        }
+    }
+}
+
+fn digest(projection: &[u8]) -> u64 {
+    twox_hash::XxHash64::oneshot(0, projection)
 }
 
 impl Stored {
@@ -432,12 +489,12 @@ impl Stored {
                 bytes: bytes.into(),
                 proto: Default::default(),
             }),
-            Slim::whole(slim),
+            Projection::Held(Slim::whole(slim)),
         )
     }
 
-    /// An entry of the cache and the object's slim projection.
-    pub fn from_parts(entry: Arc<Entry>, slim: Slim) -> Stored {
+    /// An entry of the cache and what discovery keeps of the object.
+    pub fn from_parts(entry: Arc<Entry>, slim: Projection) -> Stored {
         Stored { entry, slim }
     }
 
@@ -445,8 +502,23 @@ impl Stored {
         &self.entry.labels
     }
 
-    fn slim(&self) -> &Slim {
+    fn slim(&self) -> &Projection {
         &self.slim
+    }
+
+    /// The object as discovery reads it: decoded from its slim projection, made again from the
+    /// entry's JSON where only its digest is kept.
+    fn decode(&self, kind: WatchKind) -> Result<Object, String> {
+        match &self.slim {
+            Projection::Held(slim) => slim
+                .with_json(|json| Object::from_slim(kind, json))
+                .map_err(|e| e.to_string()),
+            Projection::FromEntry { .. } => {
+                let json = self.entry.bytes.get();
+                let projection = slim::project(kind.mask(), &json).map_err(|e| e.to_string())?;
+                Object::from_slim(kind, &projection).map_err(|e| e.to_string())
+            }
+        }
     }
 
     /// The cache entry behind it.
@@ -498,7 +570,7 @@ impl Cluster {
         let store = self.stores.entry(obj.kind).or_default();
         if store
             .get(&obj.key)
-            .is_some_and(|old| old.slim() == obj.stored.slim())
+            .is_some_and(|old| old.slim().same(obj.stored.slim()))
         {
             return false;
         }
@@ -538,7 +610,7 @@ impl Cluster {
         }
         let mut changed: Vec<ObjectKey> = old
             .iter()
-            .filter(|(k, o)| fresh.get(*k).is_none_or(|n| n.slim() != o.slim()))
+            .filter(|(k, o)| fresh.get(*k).is_none_or(|n| !n.slim().same(o.slim())))
             .map(|(k, _)| k.clone())
             .collect();
         changed.extend(
@@ -612,8 +684,7 @@ impl<'c> Decoded<'c> {
         }
         let stored = self.cluster.get(kind, key)?;
         let decoded = stored
-            .slim()
-            .with_json(|json| Object::from_slim(kind, json))
+            .decode(kind)
             .map_err(|e| {
                 tracing::error!(kind = kind.plural(), object = %key, error = %e,
                     "a slim projection does not decode; the object is left out of discovery");
@@ -741,6 +812,43 @@ mod tests {
 
     fn key(name: &str) -> ObjectKey {
         ObjectKey::new("default", name)
+    }
+
+    /// `obj` as the upstream feed stores it when the face keeps its JSON: the entry, and only the
+    /// projection's digest.
+    fn from_entry(obj: &Object) -> StoredObject {
+        let held = Stored::new(obj);
+        let digest = held.slim().digest();
+        StoredObject {
+            kind: obj.kind(),
+            key: obj.key(),
+            stored: Stored::from_parts(held.entry().clone(), Projection::FromEntry { digest }),
+        }
+    }
+
+    #[test]
+    fn a_projection_made_again_from_the_entry_decodes_and_compares_as_a_held_one() {
+        let a = mk_pod("a", "127.16.0.1");
+        let (held, made_again) = (Stored::new(&a), from_entry(&a).stored);
+        assert_eq!(
+            made_again.decode(WatchKind::Pod).expect("decodes"),
+            held.decode(WatchKind::Pod).expect("decodes")
+        );
+        assert!(made_again.slim().same(held.slim()));
+        let mut cluster = Cluster::default();
+        assert!(cluster.insert(from_entry(&a)));
+        assert!(!cluster.insert(from_entry(&a)), "byte-equal is no change");
+        assert!(
+            !cluster.insert(a.clone().into()),
+            "a held projection of the same object is no change either"
+        );
+        assert!(cluster.insert(from_entry(&mk_pod("a", "127.16.0.2"))));
+        let decoded = Decoded::new(&cluster);
+        let Some(Object::Pod(p)) = decoded.object(WatchKind::Pod, &key("a")) else {
+            panic!("pod a decodes from its entry");
+        };
+        let ip = p.status.as_ref().and_then(|s| s.pod_ip.as_deref());
+        assert_eq!(ip, Some("127.16.0.2"));
     }
 
     #[test]

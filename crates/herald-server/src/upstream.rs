@@ -23,7 +23,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 use crate::cache::{Change, Ingested};
-use crate::cluster::WatchKind;
+use crate::cluster::{Projection, WatchKind};
 use crate::metrics::{EventLabels, Metrics};
 use crate::state::Shared;
 
@@ -307,11 +307,14 @@ impl Feed {
                 let (bytes, shared) = slim::project_marked(kind.mask(), raw).map_err(|e| {
                     format!("{} {}/{}: {e}", self.resource.plural, h.key.0, h.key.1)
                 })?;
-                Some(
-                    self.shared
-                        .segments
-                        .slim(bytes, &shared, &self.slim_siblings, &h.key),
-                )
+                Some(Projection::of(
+                    bytes,
+                    &shared,
+                    self.shared.cache.keeps_bytes(),
+                    &self.shared.segments,
+                    &self.slim_siblings,
+                    &h.key,
+                ))
             }
             None => None,
         };
