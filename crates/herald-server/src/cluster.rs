@@ -422,22 +422,11 @@ pub enum Projection {
 }
 
 impl Projection {
-    /// The form kept for a projection `bytes` (with `shared`, its values worth keeping once) of an
-    /// object whose entry does (`from_entry`) or does not keep the JSON it was projected from.
-    pub fn of(
-        bytes: Vec<u8>,
-        shared: &[std::ops::Range<usize>],
-        from_entry: bool,
-        segments: &crate::segments::Segments,
-        siblings: &kube_face::Siblings,
-        key: &kube_face::Key,
-    ) -> Projection {
-        if from_entry {
-            Projection::FromEntry {
-                digest: digest(&bytes),
-            }
-        } else {
-            Projection::Held(segments.slim(bytes, shared, siblings, key))
+    /// Only the digest of `projection`: for an object whose cache entry keeps the JSON it was
+    /// projected from.
+    pub fn from_entry(projection: &[u8]) -> Projection {
+        Projection::FromEntry {
+            digest: digest(projection),
         }
     }
 

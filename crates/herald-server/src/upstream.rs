@@ -307,14 +307,16 @@ impl Feed {
                 let (bytes, shared) = slim::project_marked(kind.mask(), raw).map_err(|e| {
                     format!("{} {}/{}: {e}", self.resource.plural, h.key.0, h.key.1)
                 })?;
-                Some(Projection::of(
-                    bytes,
-                    &shared,
-                    self.shared.cache.keeps_bytes(),
-                    &self.shared.segments,
-                    &self.slim_siblings,
-                    &h.key,
-                ))
+                Some(if self.shared.cache.keeps_bytes() {
+                    Projection::from_entry(&bytes)
+                } else {
+                    Projection::Held(self.shared.segments.slim(
+                        bytes,
+                        &shared,
+                        &self.slim_siblings,
+                        &h.key,
+                    ))
+                })
             }
             None => None,
         };
