@@ -15,8 +15,11 @@ use bytes::Bytes;
 
 use crate::log::Event;
 
-/// Bytes of JSON watch lines a resource's log holds by default (see [`Recent`]).
-pub const DEFAULT_RECENT_BYTES: usize = 8 << 20;
+/// Bytes of JSON watch lines a resource's log holds by default (see [`Recent`]): ~700 lines of
+/// 3 KB pods, seconds of events even at a thousand a second. NB: 8 MiB before; a heap profile of
+/// the steady state at `k8s-limits` (DESIGN-NOTES section 10) found 25 MB of lines held for the
+/// three resources under churn, for watchers that read each line within milliseconds.
+pub const DEFAULT_RECENT_BYTES: usize = 2 << 20;
 
 /// One encoding of an event, held or not.
 #[derive(Debug, Default)]
