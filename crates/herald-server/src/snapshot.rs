@@ -15,7 +15,7 @@ use crate::compact::{Group, write_labeled_entry};
 
 mod blocks;
 
-pub use blocks::{BLOCK_BYTES, Block, GzipForm, Sending};
+pub use blocks::{BLOCK_BYTES, Block, Dict, GzipForm, Sending};
 
 /// Shard `index` of `count`, as Prometheus's `hashmod` on `__address__` with modulus `count` followed
 /// by `keep` on `index` (the relabelling prometheus-operator injects for `spec.shards`).
@@ -92,6 +92,8 @@ pub struct Encoded {
     gzip: OnceLock<Arc<GzipForm>>,
     /// Blocks taken over from the previous generation (the others were compressed for this one).
     blocks_taken: usize,
+    /// The zstd dictionary of this (job, shard)'s bodies (`blocks::Dict`), passed on to the next.
+    dict: Option<Arc<Dict>>,
 }
 
 /// Where one group's entries are: in block `block`, `len` bytes from `start` (the comma before
@@ -368,6 +370,7 @@ impl Encoded {
             + self.groups.len() * GROUP_BYTES
             + self.spans.len() * SPAN_BYTES
             + self.gzip.get().map_or(0, |g| g.held_bytes())
+            + self.dict.as_ref().map_or(0, |d| d.held_bytes())
     }
 
     /// The gzip form, made on first use from the blocks' deflated forms (deflating those not yet
@@ -415,6 +418,8 @@ struct Builder<'p> {
     expanded: Option<u32>,
     expanded_buf: Vec<u8>,
     pending: Vec<u8>,
+    /// The body's dictionary: `prev`'s, else made from the first block.
+    dict: Option<Arc<Dict>>,
     /// Groups seen so far; the first one of the pending block.
     group_count: usize,
     pending_first: usize,
@@ -451,6 +456,7 @@ impl<'p> Builder<'p> {
             expanded: None,
             expanded_buf: Vec::new(),
             pending: Vec::with_capacity(BLOCK_BYTES + BLOCK_BYTES / 4),
+            dict: prev.and_then(|p| p.dict.clone()),
             group_count: 0,
             pending_first: 0,
             blocks: Vec::with_capacity(prev.map_or(0, |p| p.blocks.len() + 8)),
@@ -556,10 +562,14 @@ impl<'p> Builder<'p> {
             .map(|s| s.targets as usize)
             .sum::<usize>();
         let leading_comma = self.pending.first() == Some(&b',');
+        if self.dict.is_none() && self.blocks.is_empty() {
+            self.dict = Dict::of(&self.pending);
+        }
         self.blocks.push(Arc::new(Block::compress(
             &self.pending,
             first_targets,
             leading_comma,
+            self.dict.as_ref(),
         )));
         self.block_first.push(index_u32(self.pending_first));
         self.len += self.pending.len();
@@ -595,6 +605,7 @@ impl<'p> Builder<'p> {
             salt,
             gzip: OnceLock::new(),
             blocks_taken: self.taken_blocks,
+            dict: self.dict,
         }
     }
 }
@@ -949,6 +960,13 @@ mod tests {
             let mut groups = mk_versions(&versions, width);
             let mut prev = Arc::new(Encoded::build(1, &groups, shard));
             assert!(prev.blocks().len() > 3, "{} blocks", prev.blocks().len());
+            // Its blocks are compressed against a dictionary made from its first one, which every
+            // later generation keeps: blocks taken over expand with the dictionary they were made
+            // with, and new ones are made with it too.
+            let dict = prev
+                .dict
+                .clone()
+                .expect("a body of several blocks has a dictionary");
             // A fixed pseudo-random walk: groups change, vanish and appear, including the first.
             let mut x: u64 = 11;
             for generation in 2..24 {
@@ -986,6 +1004,7 @@ mod tests {
                 let v: serde_json::Value =
                     serde_json::from_slice(&next.identity()).expect("valid json");
                 assert_eq!(v.as_array().expect("array").len(), next.targets);
+                assert!(Arc::ptr_eq(next.dict.as_ref().expect("kept"), &dict));
                 prev = Arc::new(next);
             }
             assert!(prev.blocks_taken() > 0, "unchanged blocks are taken over");
