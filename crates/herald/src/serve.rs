@@ -53,6 +53,16 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     if let Some(url) = herald.kube_url() {
         println!("kubernetes API on {url}");
     }
+    // Once the first sync is done, freed pages go back to the OS at once (see herald-alloc).
+    let shared = herald.shared().clone();
+    tokio::spawn(async move {
+        while !shared.ready() {
+            tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+        }
+        if herald_alloc::purge_freed_pages_at_once() {
+            tracing::debug!("first sync done: freed pages are returned to the OS at once");
+        }
+    });
     shutdown_signal().await;
     tracing::info!("shutting down");
     herald.stop().await;
