@@ -364,7 +364,7 @@ impl Feed {
     }
 
     /// What an entry keeps of the upstream JSON: all of it but managedFields when the Kubernetes API
-    /// face serves it (LZ4-compressed against a sibling's: see `kube_face::siblings` and DESIGN-NOTES
+    /// face serves it (compressed against a sibling's: see `kube_face::siblings` and DESIGN-NOTES
     /// "Face memory per object"), nothing otherwise (discovery reads the projection) unless discovery has no
     /// projection of the kind (then as received: monitors read it).
     fn kept_bytes(&self, key: &Key, raw: &[u8]) -> Json {

@@ -62,6 +62,8 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
         if herald_alloc::purge_freed_pages_at_once() {
             tracing::debug!("first sync done: freed pages are returned to the OS at once");
         }
+        // And what the sync freed before that goes back now.
+        herald_alloc::release_free_memory();
     });
     shutdown_signal().await;
     tracing::info!("shutting down");

@@ -37,15 +37,19 @@ pub struct Entry {
     pub bytes: Json,
     /// The object in protobuf (its message, without the envelope), encoded from `bytes` the first
     /// time a client asks for protobuf and shared by every list, get and watch after that.
-    pub proto: OnceLock<Bytes>,
+    /// NB: a boxed slice, not `Bytes` (16 bytes in every entry instead of 32, ~3 MB over the
+    /// objects of `k8s-limits`): every reader copies it into an envelope or a list anyway.
+    pub proto: OnceLock<Box<[u8]>>,
 }
 
 impl Entry {
     /// The object's protobuf message (see `proto`), encoded on first use.
-    pub fn proto(&self, msg: crate::proto::MsgId) -> &Bytes {
+    pub fn proto(&self, msg: crate::proto::MsgId) -> &[u8] {
         self.proto.get_or_init(|| {
             crate::proto::count_encoded();
-            Bytes::from(crate::proto::schema().encode(msg, &self.bytes.get()))
+            crate::proto::schema()
+                .encode(msg, &self.bytes.get())
+                .into_boxed_slice()
         })
     }
 

@@ -300,7 +300,7 @@ enum Repr {
         block: Box<[u8]>,
         len: u32,
     },
-    /// An LZ4 block compressed with `base`'s JSON as its dictionary: only what differs from it.
+    /// A zstd frame compressed with `base`'s JSON as its dictionary: only what differs from it.
     Against {
         block: Box<[u8]>,
         len: u32,
@@ -423,6 +423,46 @@ impl Base {
         self.json.held_len()
     }
 
+    /// `bytes` as one zstd frame with the base's JSON as its dictionary. NB: zstd, not LZ4 (the
+    /// members of `k8s-limits`'s ReplicaSets: 42.7 → 25.7 MB, DESIGN-NOTES section 10); the thread's
+    /// context keeps the base loaded, so the members of one family, which lists and relists read
+    /// one after the other, load it once.
+    fn compress_member(&self, bytes: &[u8]) -> Box<[u8]> {
+        thread_local! {
+            static CCTX: RefCell<(u64, zstd::zstd_safe::CCtx<'static>)> =
+                RefCell::new((0, member_cctx()));
+        }
+        let mut out = Vec::with_capacity(zstd::zstd_safe::compress_bound(bytes.len()));
+        CCTX.with_borrow_mut(|(loaded, c)| {
+            if *loaded != self.id {
+                self.with_json(|dict| c.load_dictionary(dict))
+                    .expect("zstd loads any bytes as a raw dictionary");
+                *loaded = self.id;
+            }
+            c.compress2(&mut out, bytes)
+                .expect("compressing into a buffer of zstd's bound succeeds");
+        });
+        out.into_boxed_slice()
+    }
+
+    /// Decompresses a member's frame (`compress_member`) into `out`, exactly as long as the
+    /// member's JSON; the bytes written.
+    fn decompress_member(&self, block: &[u8], out: &mut [u8]) -> usize {
+        thread_local! {
+            static DCTX: RefCell<(u64, zstd::zstd_safe::DCtx<'static>)> =
+                RefCell::new((0, zstd::zstd_safe::DCtx::create()));
+        }
+        DCTX.with_borrow_mut(|(loaded, d)| {
+            if *loaded != self.id {
+                self.with_json(|dict| d.load_dictionary(dict))
+                    .expect("zstd loads any bytes as a raw dictionary");
+                *loaded = self.id;
+            }
+            d.decompress(out, block)
+                .expect("a frame this store compressed decompresses")
+        })
+    }
+
     /// Calls `f` with the base's JSON, decompressed once per thread while the thread reads
     /// members of the same base (a list reads a family's members one after the other).
     fn with_json<R>(&self, f: impl FnOnce(&[u8]) -> R) -> R {
@@ -439,6 +479,15 @@ impl Base {
             f(&last.1)
         })
     }
+}
+
+/// A compression context for family members: zstd level 1 (levels 3 and up keep no less here, and
+/// the negative levels keep 40 % more).
+fn member_cctx() -> zstd::zstd_safe::CCtx<'static> {
+    let mut c = zstd::zstd_safe::CCtx::create();
+    c.set_parameter(zstd::zstd_safe::CParameter::CompressionLevel(DICT_LEVEL))
+        .expect("level 1 is a valid zstd level");
+    c
 }
 
 impl fmt::Debug for Base {
@@ -472,9 +521,7 @@ impl Json {
     pub fn against(bytes: &[u8], base: &Arc<Base>) -> Json {
         match u32::try_from(bytes.len()) {
             Ok(len) if len > 0 => Json(Repr::Against {
-                block: base
-                    .with_json(|dict| lz4_flex::block::compress_with_dict(bytes, dict))
-                    .into_boxed_slice(),
+                block: base.compress_member(bytes),
                 len,
                 base: base.clone(),
             }),
@@ -579,10 +626,7 @@ impl Json {
                 let start = out.len();
                 out.resize(start + *len as usize, 0);
                 // As above, with the dictionary it was compressed with.
-                let n = base.with_json(|dict| {
-                    lz4_flex::block::decompress_into_with_dict(block, &mut out[start..], dict)
-                });
-                let n = n.expect("a block this store compressed decompresses");
+                let n = base.decompress_member(block, &mut out[start..]);
                 debug_assert_eq!(n, *len as usize);
             }
             Repr::Zstd { block, len, dict } => {

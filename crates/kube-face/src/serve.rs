@@ -447,12 +447,12 @@ async fn list<B: Backend>(backend: &B, target: &Target, q: &Query, fmt: &Out) ->
                 .expect("ListMeta is in the schema"),
             &meta,
         );
-        let items: Vec<&Bytes> = page.items.iter().map(|e| e.proto(msg)).collect();
+        let items: Vec<&[u8]> = page.items.iter().map(|e| e.proto(msg)).collect();
         let body = proto::list(
             &fmt.api_version,
             &format!("{}List", fmt.kind),
             &list_meta,
-            items.iter().map(|b| b.as_ref()),
+            items.iter().copied(),
         );
         return Ok((StatusCode::OK, Bytes::from(body)));
     }
