@@ -335,7 +335,9 @@ pub struct Dict {
 const DICT_LEVEL: i32 = 1;
 
 impl Dict {
-    /// A dictionary of `content` (raw: any bytes like what will be compressed).
+    /// A dictionary of `content` (raw: any bytes like what will be compressed). NB: content that
+    /// began with zstd's dictionary magic (`37 A4 30 EC`) would be read as a trained dictionary;
+    /// JSON begins with `{`, so the stores' never does.
     pub fn new(content: &[u8]) -> Dict {
         Dict {
             cdict: zstd::zstd_safe::CDict::create(content, DICT_LEVEL),
@@ -507,11 +509,17 @@ impl Json {
 
     /// The bytes compressed (empty ones stay plain: nothing to save).
     pub fn compress(bytes: &[u8]) -> Json {
+        Json::packed(bytes, |len| Repr::Lz4 {
+            block: lz4_flex::block::compress(bytes).into_boxed_slice(),
+            len,
+        })
+    }
+
+    /// `bytes` in the form `pack` makes of them (given their length); plain when empty (nothing to
+    /// save) or of 4 GiB or more (the lengths are 32-bit).
+    fn packed(bytes: &[u8], pack: impl FnOnce(u32) -> Repr) -> Json {
         match u32::try_from(bytes.len()) {
-            Ok(len) if len > 0 => Json(Repr::Lz4 {
-                block: lz4_flex::block::compress(bytes).into_boxed_slice(),
-                len,
-            }),
+            Ok(len) if len > 0 => Json(pack(len)),
             _ => Json(Repr::Plain(Bytes::copy_from_slice(bytes))),
         }
     }
@@ -519,26 +527,20 @@ impl Json {
     /// The bytes compressed with `base`'s JSON as the dictionary: a few percent of their size
     /// when they differ from it only in names, uids, addresses and times (a ReplicaSet's pods).
     pub fn against(bytes: &[u8], base: &Arc<Base>) -> Json {
-        match u32::try_from(bytes.len()) {
-            Ok(len) if len > 0 => Json(Repr::Against {
-                block: base.compress_member(bytes),
-                len,
-                base: base.clone(),
-            }),
-            _ => Json(Repr::Plain(Bytes::copy_from_slice(bytes))),
-        }
+        Json::packed(bytes, |len| Repr::Against {
+            block: base.compress_member(bytes),
+            len,
+            base: base.clone(),
+        })
     }
 
     /// The bytes compressed with zstd against `dict` (empty ones stay plain).
     pub fn with_dict(bytes: &[u8], dict: &Arc<Dict>) -> Json {
-        match u32::try_from(bytes.len()) {
-            Ok(len) if len > 0 => Json(Repr::Zstd {
-                block: dict.compress(bytes),
-                len,
-                dict: dict.clone(),
-            }),
-            _ => Json(Repr::Plain(Bytes::copy_from_slice(bytes))),
-        }
+        Json::packed(bytes, |len| Repr::Zstd {
+            block: dict.compress(bytes),
+            len,
+            dict: dict.clone(),
+        })
     }
 
     /// Other bytes held in this one's form (a changed version of the same object).

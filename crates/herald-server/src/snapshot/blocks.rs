@@ -51,6 +51,7 @@ pub struct Dict {
 
 impl Dict {
     /// The dictionary of a body whose first block is `first`, if it is long enough to be worth one.
+    /// NB: raw content (a block begins with `{` or `,`, never with zstd's dictionary magic).
     pub fn of(first: &[u8]) -> Option<Arc<Dict>> {
         if first.len() < DICT_MIN_BYTES {
             return None;
