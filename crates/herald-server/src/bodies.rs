@@ -9,6 +9,7 @@ use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::gauge::Gauge;
 
+use crate::hot::{DEFAULT_HOT_BYTES, HotBodies, HotMetrics};
 use crate::snapshot::Encoded;
 
 /// The default budget: every shard body of both jobs of the steady-state benchmark (k8s-limits, ten
@@ -33,6 +34,8 @@ pub struct BodyMetrics {
     /// Blocks compressed, and blocks taken over from the previous generation unchanged.
     pub blocks_compressed: Counter,
     pub blocks_taken: Counter,
+    /// The hot bodies' (`hot::HotBodies`).
+    pub hot: HotMetrics,
 }
 
 /// One kept body (or one being built: `cell` empty, nothing held yet).
@@ -71,6 +74,8 @@ impl<K, V> Default for Slots<K, V> {
 pub struct BodyStore<K, V> {
     budget: AtomicUsize,
     slots: Mutex<Slots<K, V>>,
+    /// The kept bodies asked for again and again, held expanded besides (their own budget).
+    hot: HotBodies,
     metrics: BodyMetrics,
 }
 
@@ -82,12 +87,19 @@ impl<K: Hash + Eq + Clone, V: Clone + PartialEq> BodyStore<K, V> {
         BodyStore {
             budget: AtomicUsize::new(budget),
             slots: Mutex::default(),
+            hot: HotBodies::new(DEFAULT_HOT_BYTES, metrics.hot.clone()),
             metrics,
         }
     }
 
     pub fn budget(&self) -> usize {
         self.budget.load(Ordering::Relaxed)
+    }
+
+    /// The hot bodies: identity responses of a body asked for again within seconds share its
+    /// expanded blocks.
+    pub fn hot(&self) -> &HotBodies {
+        &self.hot
     }
 
     /// Sets the budget, evicting at once what no longer fits.
@@ -244,13 +256,14 @@ impl<K: Hash + Eq + Clone, V: Clone + PartialEq> BodyStore<K, V> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use herald_core::{LabelSet, TargetGroup};
 
     use super::*;
     use crate::compact::{Group, Interner};
 
-    fn mk_groups(n: usize, targets: usize) -> Vec<Arc<Group>> {
+    /// `n` groups of `targets` targets each, every label distinct (tests of the bodies).
+    pub(crate) fn mk_groups(n: usize, targets: usize) -> Vec<Arc<Group>> {
         let interner = Interner::default();
         (0..n)
             .map(|g| {

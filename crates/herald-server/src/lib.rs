@@ -5,7 +5,8 @@
 //! Layers, bottom up: `cluster` (per-kind stores of slim projections and the per-job lookup),
 //! `filter` (a job's namespaces and selectors), `compact` (groups as interned, shared label blocks),
 //! `index` (per-job groups, recomputed incrementally), `snapshot` (encoded bodies + ETags per
-//! job/shard/generation, held as zstd blocks), `bodies` (the bodies kept, within a byte budget), `cache` (upstream objects per served resource), `state` (what tasks and
+//! job/shard/generation, held as zstd blocks), `bodies` (the bodies kept, within a byte budget; `hot`: those asked for again and again, kept
+//! expanded within their own), `cache` (upstream objects per served resource), `state` (what tasks and
 //! handlers share), `upstream` (watch tasks; `frames` bounds their lines), `http` (axum router),
 //! `status` (the status page's data), `monitors` and `istio` (prometheus-operator monitors and
 //! Istio's PeerAuthentications, read from the cache), `allocator` (the OpenTelemetry target
@@ -24,6 +25,7 @@ pub mod explain;
 pub mod filter;
 pub mod frames;
 pub mod heap;
+pub mod hot;
 pub mod http;
 pub mod index;
 pub mod istio;

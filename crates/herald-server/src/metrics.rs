@@ -266,6 +266,26 @@ impl Metrics {
             self.bodies.blocks_taken.clone(),
         );
         r.register(
+            "sd_hot_body_bytes_held",
+            "Bytes reserved for the expanded blocks of hot HTTP SD bodies (asked for again within seconds)",
+            self.bodies.hot.held.clone(),
+        );
+        r.register(
+            "sd_hot_body_budget_bytes",
+            "The most the hot HTTP SD bodies' expanded blocks may hold (--hot-body-bytes)",
+            self.bodies.hot.budget.clone(),
+        );
+        r.register(
+            "sd_hot_bodies_admitted",
+            "HTTP SD bodies that became hot: sent again within the window, held expanded while asked for",
+            self.bodies.hot.admitted.clone(),
+        );
+        r.register(
+            "sd_hot_body_responses",
+            "HTTP SD identity responses sent from a hot body's shared expanded blocks",
+            self.bodies.hot.responses.clone(),
+        );
+        r.register(
             "sd_response_seconds",
             "Seconds from an HTTP SD request to its response head, a long-poll's wait left out",
             self.sd_response.0.clone(),

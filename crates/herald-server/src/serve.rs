@@ -35,6 +35,8 @@ pub struct ServeOptions {
     pub max_object_bytes: usize,
     /// The most the HTTP SD bodies kept between requests may hold (`bodies::BodyStore`).
     pub body_budget_bytes: usize,
+    /// The most the hot bodies' expanded blocks may hold (`hot::HotBodies`); 0 keeps none.
+    pub hot_body_bytes: usize,
     /// prometheus-operator monitors served as jobs; the specs must include their base jobs
     /// (`job_specs` adds them).
     pub monitors: Option<herald_core::MonitorsConfig>,
@@ -55,6 +57,7 @@ impl Default for ServeOptions {
             security: Security::default(),
             max_object_bytes: crate::frames::DEFAULT_MAX_OBJECT_BYTES,
             body_budget_bytes: crate::bodies::DEFAULT_BUDGET_BYTES,
+            hot_body_bytes: crate::hot::DEFAULT_HOT_BYTES,
             monitors: None,
             istio: herald_core::IstioConfig::default(),
             target_allocator: None,
@@ -470,6 +473,7 @@ impl Herald {
         );
         shared.set_max_object_bytes(options.max_object_bytes);
         shared.set_body_budget(options.body_budget_bytes);
+        shared.set_hot_body_budget(options.hot_body_bytes);
         let listener = bind(options.listen).await?;
         let addr = local_addr(&listener, options.listen)?;
         let shutdown = shared.shutdown_token().clone();
@@ -517,6 +521,10 @@ impl Herald {
             tracing::info!(addr = %at, auth = security.authenticates(), tls = k.tls.is_some(), "serving the Kubernetes API");
         }
 
+        tasks.push(tokio::spawn(crate::hot::sweep(
+            shared.clone(),
+            shutdown.clone(),
+        )));
         if shared.monitors.config.is_some() {
             tasks.push(tokio::spawn(crate::monitors::run(
                 shared.clone(),

@@ -392,19 +392,24 @@ impl Encoded {
     /// The whole gzip body, as sent (tests).
     #[cfg(test)]
     pub fn gzip_bytes(self: &Arc<Self>) -> Vec<u8> {
-        use http_body::Body as _;
         let (g, _) = self.gzip();
-        let mut out = Vec::with_capacity(g.len());
-        let mut sending = Sending::gzip(self.clone(), g);
-        let waker = std::task::Waker::noop();
-        let mut cx = std::task::Context::from_waker(waker);
-        while let std::task::Poll::Ready(Some(Ok(frame))) =
-            std::pin::Pin::new(&mut sending).poll_frame(&mut cx)
-        {
-            out.extend_from_slice(frame.data_ref().expect("data frames only"));
-        }
-        out
+        drain(Sending::gzip(self.clone(), g))
     }
+}
+
+/// Every byte `sending` sends (tests).
+#[cfg(test)]
+pub fn drain(mut sending: Sending) -> Vec<u8> {
+    use http_body::Body as _;
+    let mut out = Vec::new();
+    let waker = std::task::Waker::noop();
+    let mut cx = std::task::Context::from_waker(waker);
+    while let std::task::Poll::Ready(Some(Ok(frame))) =
+        std::pin::Pin::new(&mut sending).poll_frame(&mut cx)
+    {
+        out.extend_from_slice(frame.data_ref().expect("data frames only"));
+    }
+    out
 }
 
 /// A body under construction: the blocks closed so far and the entries of the one being written.

@@ -329,6 +329,11 @@ impl Shared {
         self.bodies.set_budget(bytes);
     }
 
+    /// The most the hot bodies' expanded blocks may hold (`hot::HotBodies`); 0 keeps none.
+    pub fn set_hot_body_budget(&self, bytes: usize) {
+        self.bodies.hot().set_budget(bytes);
+    }
+
     /// Cancelled when herald stops.
     pub fn shutdown_token(&self) -> &CancellationToken {
         &self.shutdown

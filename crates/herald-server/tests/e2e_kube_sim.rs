@@ -465,17 +465,25 @@ async fn more_distinct_bodies_than_the_budget_holds_asked_at_once_each_equal_the
     fetch(&client, &herald, "pods").await;
     let budget = herald.shared().bodies.held() * 2;
     herald.shared().set_body_budget(budget);
+    // And room for about two whole `pods` bodies expanded: the HA pairs below make bodies hot
+    // (each is asked for twice at once), more than fit.
+    let pods_len = state
+        .expected_body(specs.iter().find(|s| s.name == "pods").expect("pods job"))
+        .len();
+    let hot_budget = pods_len * 2;
+    herald.shared().set_hot_body_budget(hot_budget);
     let herald = Arc::new(herald);
     let done = Arc::new(AtomicBool::new(false));
     let watcher = {
         let (herald, done) = (herald.clone(), done.clone());
         tokio::spawn(async move {
-            let mut most = 0;
+            let (mut most, mut most_hot) = (0, 0);
             while !done.load(Ordering::Relaxed) {
                 most = most.max(herald.shared().bodies.held());
+                most_hot = most_hot.max(herald.shared().bodies.hot().held());
                 tokio::time::sleep(Duration::from_millis(1)).await;
             }
-            most
+            (most, most_hot)
         })
     };
     let jobs = ["pods", "pods-meta", "endpointslices", "pods-relabeled"];
@@ -522,8 +530,17 @@ async fn more_distinct_bodies_than_the_budget_holds_asked_at_once_each_equal_the
         );
     }
     done.store(true, Ordering::Relaxed);
-    let most = watcher.await.expect("watcher ran");
+    let (most, most_hot) = watcher.await.expect("watcher ran");
     assert!(most <= budget, "held {most} bytes, budget {budget}");
+    assert!(
+        most_hot <= hot_budget,
+        "hot bodies held {most_hot} bytes, budget {hot_budget}"
+    );
+    assert!(
+        metric(&herald, "herald_sd_hot_bodies_admitted_total") > 0
+            && metric(&herald, "herald_sd_hot_body_responses_total") > 0,
+        "bodies asked for twice at once became hot"
+    );
     assert!(
         metric(&herald, "herald_sd_body_evictions_total") > 0,
         "the bodies asked for did not all fit"

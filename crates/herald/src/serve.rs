@@ -43,6 +43,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
             security,
             max_object_bytes: args.max_object_bytes,
             body_budget_bytes: args.body_budget_bytes,
+            hot_body_bytes: args.hot_body_bytes,
             monitors: config.monitors.clone(),
             istio: config.istio.clone(),
             target_allocator: config.target_allocator.clone(),

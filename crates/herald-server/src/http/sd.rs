@@ -432,13 +432,25 @@ fn respond(
             shared.bodies.recount(key, encoded);
         }
         count_bytes(shared, "gzip", gzip.len());
-        let mut res = Body::new(Sending::gzip(encoded.clone(), gzip)).into_response();
+        let sending = match shared
+            .bodies
+            .hot()
+            .gzip(encoded, &gzip, std::time::Instant::now())
+        {
+            Some(whole) => Sending::gzip_whole(encoded.clone(), whole),
+            None => Sending::gzip(encoded.clone(), gzip),
+        };
+        let mut res = Body::new(sending).into_response();
         res.headers_mut()
             .insert(header::CONTENT_ENCODING, HeaderValue::from_static("gzip"));
         res
     } else {
         count_bytes(shared, "identity", encoded.len());
-        Body::new(Sending::identity(encoded.clone())).into_response()
+        let hot = shared
+            .bodies
+            .hot()
+            .identity(encoded, std::time::Instant::now());
+        Body::new(Sending::identity(encoded.clone(), hot)).into_response()
     };
     let h = res.headers_mut();
     h.insert(

@@ -17,6 +17,7 @@ use flate2::write::DeflateEncoder;
 use http_body::{Frame, SizeHint};
 
 use super::Encoded;
+use crate::hot::Expanded;
 
 /// A block is closed after the group that takes it past this many identity bytes. NB: small enough
 /// that expanding one per response frame is quick and a changed group re-compresses little; large
@@ -289,6 +290,19 @@ impl GzipForm {
     pub fn held_bytes(&self) -> usize {
         self.head.len() + self.tail.len() + 64
     }
+
+    /// The whole gzip body in one buffer (a hot body's, `hot::HotBodies`), from `blocks`, the
+    /// blocks this form was made of.
+    pub fn whole(&self, blocks: &[Arc<Block>]) -> Bytes {
+        let mut out = Vec::with_capacity(self.len);
+        out.extend_from_slice(&self.head);
+        for b in blocks {
+            out.extend_from_slice(&b.deflated().bytes);
+        }
+        out.extend_from_slice(&self.tail);
+        debug_assert_eq!(out.len(), self.len);
+        Bytes::from(out)
+    }
 }
 
 /// A response body sent block by block: each block expanded (identity) or its deflated bytes
@@ -297,17 +311,24 @@ impl GzipForm {
 pub struct Sending {
     body: Arc<Encoded>,
     gzip: Option<Arc<GzipForm>>,
+    /// The body's blocks expanded once and shared, while it is hot (`hot::HotBodies`).
+    hot: Option<Arc<Expanded>>,
+    /// The whole response in one buffer, sent as the only frame (a hot body's gzip form).
+    whole: Option<Bytes>,
     /// 0: the head, 1..=blocks: a block, blocks + 1: the tail, beyond: done.
     next: usize,
     remaining: u64,
 }
 
 impl Sending {
-    pub fn identity(body: Arc<Encoded>) -> Sending {
+    /// `hot`: the body's shared expanded blocks if it is hot (`hot::HotBodies::identity`).
+    pub fn identity(body: Arc<Encoded>, hot: Option<Arc<Expanded>>) -> Sending {
         Sending {
             remaining: body.len() as u64,
             body,
             gzip: None,
+            hot,
+            whole: None,
             next: 0,
         }
     }
@@ -317,11 +338,29 @@ impl Sending {
             remaining: gzip.len() as u64,
             body,
             gzip: Some(gzip),
+            hot: None,
+            whole: None,
+            next: 0,
+        }
+    }
+
+    /// A hot body's gzip form held whole (`hot::HotBodies::gzip`): sent as one frame, as a static
+    /// server would (its blocks' deflated forms are a few KiB each: hundreds of frames otherwise).
+    pub fn gzip_whole(body: Arc<Encoded>, whole: Bytes) -> Sending {
+        Sending {
+            remaining: whole.len() as u64,
+            body,
+            gzip: None,
+            hot: None,
+            whole: Some(whole),
             next: 0,
         }
     }
 
     fn piece(&self, i: usize) -> Option<Bytes> {
+        if let Some(whole) = &self.whole {
+            return (i == 0).then(|| whole.clone());
+        }
         let blocks = self.body.blocks();
         if i == 0 {
             return Some(match &self.gzip {
@@ -330,9 +369,10 @@ impl Sending {
             });
         }
         if let Some(b) = blocks.get(i - 1) {
-            return Some(match &self.gzip {
-                Some(_) => b.deflated().bytes.clone(),
-                None => b.expand(),
+            return Some(match (&self.gzip, &self.hot) {
+                (Some(_), _) => b.deflated().bytes.clone(),
+                (None, Some(hot)) => hot.block(i - 1, b),
+                (None, None) => b.expand(),
             });
         }
         (i == blocks.len() + 1).then(|| match &self.gzip {
@@ -364,7 +404,10 @@ impl http_body::Body for Sending {
     }
 
     fn is_end_stream(&self) -> bool {
-        self.next > self.body.blocks().len() + 1
+        match self.whole {
+            Some(_) => self.next > 0,
+            None => self.next > self.body.blocks().len() + 1,
+        }
     }
 
     fn size_hint(&self) -> SizeHint {
