@@ -9,8 +9,12 @@ use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::gauge::Gauge;
 
-use crate::hot::{DEFAULT_HOT_BYTES, HotBodies, HotMetrics};
-use crate::snapshot::Encoded;
+use std::time::Instant;
+
+use bytes::Bytes;
+
+use crate::hot::{DEFAULT_HOT_BYTES, Expanded, HotBodies, HotMetrics};
+use crate::snapshot::{Encoded, GzipForm};
 
 /// The default budget: every shard body of both jobs of the steady-state benchmark (k8s-limits, ten
 /// shards of `pod` and `endpointslice`: 2.2 GB identity, ~190 MB in blocks) with room for one
@@ -96,10 +100,38 @@ impl<K: Hash + Eq + Clone, V: Clone + PartialEq> BodyStore<K, V> {
         self.budget.load(Ordering::Relaxed)
     }
 
-    /// The hot bodies: identity responses of a body asked for again within seconds share its
-    /// expanded blocks.
+    /// The hot bodies: responses of a body form asked for again within seconds share it expanded
+    /// (identity) or whole (gzip), within what the budget leaves beside the compressed bodies.
     pub fn hot(&self) -> &HotBodies {
         &self.hot
+    }
+
+    /// An identity response of `body` begins: its hot form's shared blocks, if it is hot (or
+    /// becomes hot now and fits beside the kept bodies: `HotBodies::identity`).
+    pub fn hot_identity(&self, body: &Arc<Encoded>, now: Instant) -> Option<Arc<Expanded>> {
+        // NB: the store's lock is held while the hot forms are admitted (lock order: store, then
+        // hot), so what both hold never passes the budget.
+        let slots = self.lock();
+        let room = self.budget().saturating_sub(slots.held);
+        self.hot.identity(body, now, room)
+    }
+
+    /// A gzip response of `body` (its gzip form `gzip`) begins: the whole gzip body in one buffer
+    /// if it is hot (or becomes hot now), as `hot_identity`.
+    pub fn hot_gzip(&self, body: &Arc<Encoded>, gzip: &GzipForm, now: Instant) -> Option<Bytes> {
+        let cell = {
+            let slots = self.lock();
+            let room = self.budget().saturating_sub(slots.held);
+            self.hot.gzip(body, gzip.len(), now, room)?
+        };
+        // Outside the locks: the first response joins the deflated blocks.
+        Some(cell.get_or_init(|| gzip.whole(body.blocks())).clone())
+    }
+
+    /// Bytes the kept bodies and the hot forms hold, read together.
+    pub fn held_with_hot(&self) -> (usize, usize) {
+        let slots = self.lock();
+        (slots.held, self.hot.held())
     }
 
     /// Sets the budget, evicting at once what no longer fits.
@@ -233,8 +265,10 @@ impl<K: Hash + Eq + Clone, V: Clone + PartialEq> BodyStore<K, V> {
 
     /// Drops the least recently used kept bodies until the rest fit the budget and the entry bound.
     /// Bodies being built hold nothing yet and stay.
+    /// Hot forms go first: expanding a body again is cheap, encoding it is not.
     fn evict(&self, slots: &mut Slots<K, V>) {
         let budget = self.budget();
+        self.hot.shrink_to(budget.saturating_sub(slots.held));
         while slots.held > budget || slots.map.len() > MAX_ENTRIES {
             let Some(lru) = slots
                 .map
@@ -336,6 +370,49 @@ pub(crate) mod tests {
         assert_eq!(body.identity(), Encoded::build(1, &groups, None).identity());
         assert_eq!(store.held(), 0);
         assert_eq!(metrics.held.get(), 0);
+    }
+
+    #[test]
+    fn hot_forms_fit_beside_the_kept_bodies_and_give_way_to_them() {
+        let groups = mk_groups(2000, 4);
+        let metrics = BodyMetrics::default();
+        let one = Encoded::build(1, &groups, None);
+        let (kept, len) = (one.held_bytes(), one.len());
+        assert!(kept < len, "the body holds {kept} of {len} bytes");
+        // Room for two kept bodies and one hot form beside them.
+        let budget = 2 * kept + len + kept / 2;
+        let store: BodyStore<usize, u64> = BodyStore::new(budget, metrics.clone());
+        let build = |_| Encoded::build(1, &groups, None);
+        let a = store.get_or_build(&0, 1, build);
+        let t = Instant::now();
+        assert!(store.hot_identity(&a, t).is_none(), "sent once");
+        assert!(store.hot_identity(&a, t).is_some(), "sent again: hot");
+        let b = store.get_or_build(&1, 1, build);
+        let (held, hot) = store.held_with_hot();
+        assert_eq!(held, 2 * kept);
+        assert!(
+            hot > len && held + hot <= budget,
+            "{held} + {hot} > {budget}"
+        );
+        // A second hot form does not fit beside the first: the least recently used one goes.
+        store.hot_identity(&b, t);
+        assert!(store.hot_identity(&b, t).is_some());
+        assert!(store.held_with_hot().1 < 2 * len);
+        // A third kept body needs the room: the hot form gives way, no kept body is evicted.
+        store.get_or_build(&2, 1, build);
+        assert_eq!(store.held_with_hot(), (3 * kept, 0));
+        assert_eq!(metrics.evictions.get(), 0);
+        // And no room is left for a hot form beside them.
+        assert!(store.hot_identity(&b, t).is_none() && store.hot_identity(&b, t).is_none());
+        assert_eq!(metrics.hot.held.get(), 0);
+        // A gzip form (a few KiB deflated per block) fits in what is left, and sends its bytes.
+        let g = b.gzip().0;
+        store.recount(&1, &b);
+        assert!(store.hot_gzip(&b, &g, t).is_none());
+        let whole = store.hot_gzip(&b, &g, t).expect("hot");
+        assert_eq!(whole.len(), g.len());
+        let (held, hot) = store.held_with_hot();
+        assert!(held + hot <= budget, "{held} + {hot} > {budget}");
     }
 
     #[test]

@@ -1,5 +1,6 @@
-//! Hot bodies: the identity bytes of a body asked for again within a few seconds, kept expanded
-//! while it stays asked for, within their own byte budget (DESIGN-NOTES section 3).
+//! Hot bodies: a body form asked for again within a few seconds, kept expanded (identity) or whole
+//! (gzip) while it stays asked for, in the room the body store's budget leaves beside its compressed
+//! bodies and at most `--hot-body-bytes` (DESIGN-NOTES section 3).
 //!
 //! NB: why by hand. Bodies are held as zstd blocks (`snapshot::blocks`) and an identity response
 //! expands them as it goes: ~11 ms of CPU per 25 MB on the 2-core VM, more than writing the bytes
@@ -18,10 +19,10 @@ use bytes::Bytes;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::gauge::Gauge;
 
-use crate::snapshot::{Block, Encoded, GzipForm};
+use crate::snapshot::{Block, Encoded};
 
-/// The default budget: room for a hot shard body at `k8s-limits` scale (one tenth of a job is
-/// 25–110 MB identity), small beside the bodies' own budget.
+/// The default most the hot forms hold: room for a hot shard body at `k8s-limits` scale (one tenth
+/// of a job is 25–110 MB identity), a third of the body store's default budget.
 pub const DEFAULT_HOT_BYTES: usize = 128 << 20;
 
 /// A body sent again within this long of its last send is hot; a hot body nobody asked for in
@@ -101,7 +102,8 @@ struct Inner {
     held: usize,
 }
 
-/// The hot bodies, within a byte budget (`--hot-body-bytes`; 0 keeps none).
+/// The hot bodies, within a byte budget (`--hot-body-bytes`; 0 keeps none) and within what the body
+/// store's budget leaves beside its compressed bodies (`BodyStore::hot_identity`).
 #[derive(Debug)]
 pub struct HotBodies {
     budget: AtomicUsize,
@@ -132,7 +134,16 @@ impl HotBodies {
             .budget
             .set(i64::try_from(bytes).unwrap_or(i64::MAX));
         let mut inner = self.lock();
-        self.make_room(&mut inner, 0);
+        self.make_room(&mut inner, bytes);
+    }
+
+    /// Drops the least recently used hot forms until the rest hold at most `most` bytes (the body
+    /// store's compressed bodies need the room).
+    pub fn shrink_to(&self, most: usize) {
+        let mut inner = self.lock();
+        if inner.held > most {
+            self.make_room(&mut inner, most);
+        }
     }
 
     /// Bytes reserved for the hot bodies' expanded blocks and gzip forms.
@@ -145,9 +156,15 @@ impl HotBodies {
     }
 
     /// An identity response of `body` begins at `now`: its shared expanded blocks if the body is
-    /// hot (or becomes hot now: it was sent within `WINDOW` before and fits the budget).
-    pub fn identity(&self, body: &Arc<Encoded>, now: Instant) -> Option<Arc<Expanded>> {
-        let kept = self.begin(body, Form::Identity, body.len(), now, || {
+    /// hot (or becomes hot now: it was sent within `WINDOW` before and fits the budget and `room`,
+    /// what the body store leaves for hot forms in all).
+    pub fn identity(
+        &self,
+        body: &Arc<Encoded>,
+        now: Instant,
+        room: usize,
+    ) -> Option<Arc<Expanded>> {
+        let kept = self.begin(body, Form::Identity, body.len(), now, room, || {
             Kept::Identity(Arc::new(Expanded {
                 blocks: body.blocks().iter().map(|_| OnceLock::new()).collect(),
             }))
@@ -158,14 +175,21 @@ impl HotBodies {
         }
     }
 
-    /// A gzip response of `body` (whose gzip form is `gzip`) begins at `now`: the whole gzip body
-    /// in one buffer if it is hot (or becomes hot now), as `identity`.
-    pub fn gzip(&self, body: &Arc<Encoded>, gzip: &GzipForm, now: Instant) -> Option<Bytes> {
-        let kept = self.begin(body, Form::Gzip, gzip.len(), now, || {
+    /// A gzip response of `body` (whose gzip form is `len` bytes) begins at `now`: if it is hot (or
+    /// becomes hot now, as `identity`), the cell of the whole gzip body in one buffer, which the
+    /// first response fills (`GzipForm::whole`; outside any lock).
+    pub fn gzip(
+        &self,
+        body: &Arc<Encoded>,
+        len: usize,
+        now: Instant,
+        room: usize,
+    ) -> Option<Arc<OnceLock<Bytes>>> {
+        let kept = self.begin(body, Form::Gzip, len, now, room, || {
             Kept::Gzip(Arc::default())
         })?;
         match kept {
-            Kept::Gzip(whole) => Some(whole.get_or_init(|| gzip.whole(body.blocks())).clone()),
+            Kept::Gzip(whole) => Some(whole),
             Kept::Identity(_) => None,
         }
     }
@@ -178,9 +202,10 @@ impl HotBodies {
         form: Form,
         len: usize,
         now: Instant,
+        room: usize,
         make: impl FnOnce() -> Kept,
     ) -> Option<Kept> {
-        let budget = self.budget();
+        let budget = self.budget().min(room);
         if budget == 0 {
             return None;
         }
@@ -213,7 +238,7 @@ impl HotBodies {
         }
         inner.seen.remove(&key);
         self.expire(inner, now);
-        self.make_room(inner, reserved);
+        self.make_room(inner, budget - reserved);
         let kept = make();
         inner.hot.insert(
             key,
@@ -255,11 +280,9 @@ impl HotBodies {
         self.set_held(inner);
     }
 
-    /// Drops the least recently used hot bodies until `more` bytes fit beside the rest (all of
-    /// them if `more` is over the budget).
-    fn make_room(&self, inner: &mut Inner, more: usize) {
-        let budget = self.budget();
-        while inner.held + more > budget {
+    /// Drops the least recently used hot forms until the rest hold at most `most` bytes.
+    fn make_room(&self, inner: &mut Inner, most: usize) {
+        while inner.held > most {
             let Some(lru) = inner
                 .hot
                 .iter()
@@ -307,7 +330,7 @@ mod tests {
     }
 
     fn send(hot: &HotBodies, body: &Arc<Encoded>, now: Instant) -> (bool, Vec<u8>) {
-        let expanded = hot.identity(body, now);
+        let expanded = hot.identity(body, now, usize::MAX);
         let was_hot = expanded.is_some();
         (was_hot, drain(Sending::identity(body.clone(), expanded)))
     }
@@ -359,9 +382,11 @@ mod tests {
         let want = b.gzip_bytes();
         let (g, _) = b.gzip();
         let t = Instant::now();
-        assert!(hot.gzip(&b, &g, t).is_none(), "sent once: not hot");
+        let at = |s| hot.gzip(&b, g.len(), t + Duration::from_secs(s), usize::MAX);
+        assert!(at(0).is_none(), "sent once: not hot");
         for s in 1..4 {
-            let whole = hot.gzip(&b, &g, t + Duration::from_secs(s)).expect("hot");
+            let cell = at(s).expect("hot");
+            let whole = cell.get_or_init(|| g.whole(b.blocks())).clone();
             assert_eq!(drain(Sending::gzip_whole(b.clone(), whole)), want);
         }
         assert_eq!(hot.held(), g.len() + ENTRY_OVERHEAD);
@@ -422,7 +447,9 @@ mod tests {
             assert_eq!(got, b.identity());
         }
         hot.set_budget(0);
-        assert!(hot.identity(&b, t).is_none() && hot.identity(&b, t).is_none());
+        assert!(
+            hot.identity(&b, t, usize::MAX).is_none() && hot.identity(&b, t, usize::MAX).is_none()
+        );
         assert_eq!(metrics.held.get(), 0);
     }
 
@@ -455,7 +482,7 @@ mod tests {
         for th in threads {
             assert_eq!(th.join().expect("no panic"), (true, want.clone()));
         }
-        let expanded = hot.identity(&b, t).expect("hot");
+        let expanded = hot.identity(&b, t, usize::MAX).expect("hot");
         assert!(expanded.blocks.iter().all(|c| c.get().is_some()));
     }
 }

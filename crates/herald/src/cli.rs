@@ -137,9 +137,10 @@ pub struct ServeArgs {
     /// herald_sd_body_bytes_held; 0 keeps none.
     #[arg(long, value_name = "BYTES", default_value_t = herald_server::bodies::DEFAULT_BUDGET_BYTES)]
     pub body_budget_bytes: usize,
-    /// The most the hot HTTP SD bodies may hold expanded, in bytes: a body sent again within 10 s
-    /// is kept expanded while it is asked for, so its identity responses skip decompressing it
-    /// (herald_sd_hot_body_bytes_held). Besides --body-budget-bytes; 0 keeps none.
+    /// The most the hot HTTP SD bodies may hold, in bytes: a body sent again within 10 s is kept
+    /// expanded (identity) or whole (gzip) while it is asked for, so its responses skip
+    /// decompressing it. Within --body-budget-bytes, in the room the kept bodies leave (hot bodies
+    /// give way first); herald_sd_hot_body_bytes_held. 0 keeps none.
     #[arg(long, value_name = "BYTES", default_value_t = herald_server::hot::DEFAULT_HOT_BYTES)]
     pub hot_body_bytes: usize,
     /// herald's own namespace, for jobs with `namespaces.own_namespace: true` (else the

@@ -432,11 +432,8 @@ fn respond(
             shared.bodies.recount(key, encoded);
         }
         count_bytes(shared, "gzip", gzip.len());
-        let sending = match shared
-            .bodies
-            .hot()
-            .gzip(encoded, &gzip, std::time::Instant::now())
-        {
+        let now = std::time::Instant::now();
+        let sending = match shared.bodies.hot_gzip(encoded, &gzip, now) {
             Some(whole) => Sending::gzip_whole(encoded.clone(), whole),
             None => Sending::gzip(encoded.clone(), gzip),
         };
@@ -448,8 +445,7 @@ fn respond(
         count_bytes(shared, "identity", encoded.len());
         let hot = shared
             .bodies
-            .hot()
-            .identity(encoded, std::time::Instant::now());
+            .hot_identity(encoded, std::time::Instant::now());
         Body::new(Sending::identity(encoded.clone(), hot)).into_response()
     };
     let h = res.headers_mut();

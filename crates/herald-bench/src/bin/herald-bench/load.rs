@@ -200,6 +200,9 @@ pub async fn herald_metrics(env: &Env, url: &str) -> anyhow::Result<Value> {
         "body_evictions": m("herald_sd_body_evictions_total"),
         "blocks_compressed": m("herald_sd_body_blocks_compressed_total"),
         "blocks_taken": m("herald_sd_body_blocks_taken_total"),
+        "hot_bytes_held": m("herald_sd_hot_body_bytes_held"),
+        "hot_admitted": m("herald_sd_hot_bodies_admitted_total").unwrap_or(0.0),
+        "hot_responses": m("herald_sd_hot_body_responses_total").unwrap_or(0.0),
         // A counter with no series yet has refused nothing.
         "kube_admission_refused": m("herald_kube_admission_refused_total").unwrap_or(0.0),
     }))

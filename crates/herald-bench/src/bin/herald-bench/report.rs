@@ -195,7 +195,8 @@ fn steady(o: &mut String, d: &Value) {
          Consumers: {} requests ({} failed), {} MB identity and {} MB gzip served, request p50 / p99 {} / {} ms. \
          Staleness, marker write → first body holding it: p50 {} ms, p99 {} ms, max {} ms ({} writes, {} never seen). \
          Bodies: {} MB held at the end (sampled peak {} MB, budget {} MB), {} built, {} evicted, {} blocks \
-         compressed, {} taken over unchanged. Watchers: {} attached, {} events, {} refused with 429.\n",
+         compressed, {} taken over unchanged; hot bodies: {} admitted, {} responses from them, {} MB held at the end. \
+         Watchers: {} attached, {} events, {} refused with 429.\n",
         ratio(n(&r["herald_peak_rss_over_vmagent_rss_after_sync"])),
         fmt(n(&d["yardstick"]["seconds"]), 2),
         fmt(n(&d["yardstick"]["bytes"]).map(|b| b / 1e6), 0),
@@ -211,6 +212,8 @@ fn steady(o: &mut String, d: &Value) {
         fmt(n(&m["body_budget_bytes"]).map(|b| b / 1e6), 0),
         fmt(n(&m["body_builds"]), 0), fmt(n(&m["body_evictions"]), 0),
         fmt(n(&m["blocks_compressed"]), 0), fmt(n(&m["blocks_taken"]), 0),
+        fmt(n(&m["hot_admitted"]), 0), fmt(n(&m["hot_responses"]), 0),
+        fmt(n(&m["hot_bytes_held"]).map(|b| b / 1e6), 1),
         w["attached"], w["events"], w["refused_429"],
     ));
 }
