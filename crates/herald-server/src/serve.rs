@@ -5,7 +5,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::net::TcpListener;
+use tokio::net::{TcpListener, TcpStream};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
@@ -314,7 +314,7 @@ async fn serve_port(
         return crate::tls::serve(listener, tls, app, shutdown).await;
     }
     let serve = axum::serve(
-        listener,
+        nodelay(listener),
         app.into_make_service_with_connect_info::<SocketAddr>(),
     )
     .with_graceful_shutdown(shutdown.clone().cancelled_owned());
@@ -326,6 +326,18 @@ async fn serve_port(
             tracing::warn!("http shutdown grace period over; dropping open requests");
         }
     }
+}
+
+/// `listener`, its connections with TCP_NODELAY, as the TLS path (`tls::serve`) and kube-sim set it.
+/// NB: a watch event or a long-poll answer is one small write, which Nagle's algorithm holds until
+/// the client acknowledges the previous one.
+fn nodelay(listener: TcpListener) -> axum::serve::TapIo<TcpListener, fn(&mut TcpStream)> {
+    fn set(tcp: &mut TcpStream) {
+        if let Err(e) = tcp.set_nodelay(true) {
+            tracing::debug!(error = %e, "TCP_NODELAY not set");
+        }
+    }
+    axum::serve::ListenerExt::tap_io(listener, set as fn(&mut TcpStream))
 }
 
 /// The TLS state of a port, loaded now so bad files stop start-up.
@@ -618,5 +630,21 @@ impl Herald {
     pub async fn run_until_stopped(self) {
         self.shutdown.cancelled().await;
         self.stop().await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn plain_http_connections_are_accepted_with_nodelay() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        let mut listener = nodelay(listener);
+        let client = tokio::spawn(TcpStream::connect(addr));
+        let (io, _) = axum::serve::Listener::accept(&mut listener).await;
+        assert!(io.nodelay().expect("socket option"), "TCP_NODELAY is set");
+        client.await.expect("task").expect("connects");
     }
 }
