@@ -5,7 +5,7 @@
 //! The log does not own a resourceVersion counter: kube-sim stamps one global counter (as etcd does),
 //! herald passes its upstream's versions through. Callers pass the current version where it matters.
 
-use std::borrow::Borrow;
+use std::borrow::{Borrow, Cow};
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::ops::Bound;
 use std::sync::{Arc, OnceLock};
@@ -13,7 +13,7 @@ use std::sync::{Arc, OnceLock};
 use bytes::Bytes;
 use tokio::sync::watch;
 
-use crate::packed::{Fields, Json, Labels};
+use crate::packed::{Fields, Json, Labels, Proto};
 use crate::recent::{DEFAULT_RECENT_BYTES, Encoded, Recent};
 use crate::resource::Resource;
 
@@ -36,20 +36,37 @@ pub struct Entry {
     /// LZ4-compressed by herald's face, see `Json`).
     pub bytes: Json,
     /// The object in protobuf (its message, without the envelope), encoded from `bytes` the first
-    /// time a client asks for protobuf and shared by every list, get and watch after that.
-    /// NB: a boxed slice, not `Bytes` (16 bytes in every entry instead of 32, ~3 MB over the
-    /// objects of `k8s-limits`): every reader copies it into an envelope or a list anyway.
-    pub proto: OnceLock<Box<[u8]>>,
+    /// time a client asks for protobuf and shared by every list, get and watch after that; held in
+    /// `bytes`' form (`Json::pack_proto`): a family member's against its base's protobuf, an object
+    /// held against its resource's dictionary against that one.
+    /// NB: held as encoded, the protobuf of `k8s-limits`' objects took herald from 429 to 805 MiB
+    /// once a client had listed every kind in protobuf (DESIGN-NOTES section 7).
+    pub proto: OnceLock<Proto>,
 }
 
 impl Entry {
-    /// The object's protobuf message (see `proto`), encoded on first use.
-    pub fn proto(&self, msg: crate::proto::MsgId) -> &[u8] {
+    /// The object's protobuf message (see `proto`): borrowed when held as encoded, expanded
+    /// otherwise; encoded on first use.
+    pub fn proto(&self, msg: crate::proto::MsgId) -> Cow<'_, [u8]> {
+        self.bytes.proto(msg, self.held_proto(msg))
+    }
+
+    /// The length of the object's protobuf message (encoding it on first use).
+    pub fn proto_len(&self, msg: crate::proto::MsgId) -> usize {
+        self.held_proto(msg).len()
+    }
+
+    /// Appends the object's protobuf message to `out` (a list expands each item straight into it).
+    pub fn append_proto(&self, msg: crate::proto::MsgId, out: &mut Vec<u8>) {
+        self.bytes.append_proto(msg, self.held_proto(msg), out);
+    }
+
+    fn held_proto(&self, msg: crate::proto::MsgId) -> &Proto {
         self.proto.get_or_init(|| {
             crate::proto::count_encoded();
-            crate::proto::schema()
-                .encode(msg, &self.bytes.get())
-                .into_boxed_slice()
+            let json = self.bytes.get();
+            let raw = crate::proto::schema().encode(msg, &json);
+            self.bytes.pack_proto(msg, raw)
         })
     }
 
@@ -115,7 +132,7 @@ impl Event {
     /// The event's protobuf watch frame (`proto::watch_frame` of the enveloped object).
     pub fn frame(&self, msg: crate::proto::MsgId, api_version: &str, kind: &str) -> Bytes {
         self.frame.get_or(|| {
-            let obj = crate::proto::envelope(api_version, kind, self.obj.proto(msg));
+            let obj = crate::proto::envelope(api_version, kind, &self.obj.proto(msg));
             crate::proto::watch_frame(self.ty.as_str(), &obj)
         })
     }

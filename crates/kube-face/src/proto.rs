@@ -563,6 +563,35 @@ pub fn list<'a>(
     out
 }
 
+/// A list as `list`, of items given by their lengths and a writer that appends item `i` (exactly
+/// `lens[i]` bytes) to the body: items held compressed are expanded straight into it, never all
+/// at once beside it.
+pub fn list_with(
+    api_version: &str,
+    list_kind: &str,
+    list_meta: &[u8],
+    lens: &[usize],
+    mut write: impl FnMut(usize, &mut Vec<u8>),
+) -> Vec<u8> {
+    let body = len_of(list_meta.len()) + lens.iter().map(|&n| len_of(n)).sum::<usize>();
+    let mut out = Vec::with_capacity(envelope_len(api_version, list_kind, body));
+    envelope_head(api_version, list_kind, body, &mut out);
+    put_len(&mut out, 1, list_meta);
+    for (i, &n) in lens.iter().enumerate() {
+        put_tag(&mut out, 2, 2);
+        put_varint(&mut out, n as u64);
+        let start = out.len();
+        write(i, &mut out);
+        assert_eq!(
+            out.len() - start,
+            n,
+            "item {i} is as long as its length says"
+        );
+    }
+    envelope_tail(&mut out);
+    out
+}
+
 /// One watch frame: the length prefix and a `WatchEvent` of `ty` around the enveloped object.
 pub fn watch_frame(ty: &str, enveloped: &[u8]) -> Bytes {
     // WatchEvent {type = 1; RawExtension object = 2 {raw = 1}}.

@@ -332,7 +332,7 @@ async fn read<B: Backend>(backend: &B, target: &Target, q: &Query, out: &Out) ->
         .map(|e| match out.proto() {
             Some(msg) => (
                 StatusCode::OK,
-                Bytes::from(proto::envelope(&out.api_version, &out.kind, e.proto(msg))),
+                Bytes::from(proto::envelope(&out.api_version, &out.kind, &e.proto(msg))),
             ),
             None => (StatusCode::OK, e.bytes.to_bytes()),
         })
@@ -447,12 +447,13 @@ async fn list<B: Backend>(backend: &B, target: &Target, q: &Query, fmt: &Out) ->
                 .expect("ListMeta is in the schema"),
             &meta,
         );
-        let items: Vec<&[u8]> = page.items.iter().map(|e| e.proto(msg)).collect();
-        let body = proto::list(
+        let lens: Vec<usize> = page.items.iter().map(|e| e.proto_len(msg)).collect();
+        let body = proto::list_with(
             &fmt.api_version,
             &format!("{}List", fmt.kind),
             &list_meta,
-            items.iter().copied(),
+            &lens,
+            |i, out| page.items[i].append_proto(msg, out),
         );
         return Ok((StatusCode::OK, Bytes::from(body)));
     }

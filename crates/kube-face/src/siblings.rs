@@ -149,6 +149,8 @@ fn family(key: &Key) -> (Box<str>, Box<str>) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::packed::Proto;
+    use bytes::Bytes;
 
     fn pod(name: &str, ip: &str) -> Vec<u8> {
         format!(
@@ -186,6 +188,59 @@ mod tests {
         drop(base);
         kept.clear();
         assert_eq!(s.live(), 0);
+    }
+
+    /// An object's protobuf, packed by its JSON and read back (whole, and appended after a prefix).
+    fn proto_round_trip(j: &Json, msg: crate::proto::MsgId, raw: &[u8]) -> (Vec<u8>, Proto) {
+        let encoded = crate::proto::schema().encode(msg, raw);
+        let held = j.pack_proto(msg, encoded.clone());
+        assert_eq!(held.len(), encoded.len());
+        assert_eq!(&*j.proto(msg, &held), &encoded[..]);
+        let mut out = b"prefix".to_vec();
+        j.append_proto(msg, &held, &mut out);
+        assert_eq!(&out[6..], &encoded[..]);
+        (encoded, held)
+    }
+
+    #[test]
+    fn protobuf_is_held_as_its_json_is_and_reads_back() {
+        let schema = crate::proto::schema();
+        let pod_msg = schema.kind("v1", "Pod").expect("Pod is in the schema");
+        let s = Siblings::new();
+        let (mut encoded, mut held) = (0, 0);
+        for i in 0..50 {
+            let name = format!("web-7d9f8c6b5-{i:05}");
+            let raw = pod(&name, &format!("10.0.{}.{}", i / 200, i % 200));
+            let j = s.compress(&("ns".into(), name), &raw);
+            let (e, h) = proto_round_trip(&j, pod_msg, &raw);
+            assert!(e.len() > 100, "a pod's protobuf: {} bytes", e.len());
+            (encoded, held) = (encoded + e.len(), held + h.held_len());
+        }
+        // Members against their base's protobuf: what differs, not the whole message.
+        assert!(held * 5 < encoded, "held {held} of {encoded}");
+
+        // Services: each its own base, held against the resource's dictionary once it has one.
+        let svc_msg = schema
+            .kind("v1", "Service")
+            .expect("Service is in the schema");
+        let s = Siblings::new();
+        let (mut first, mut later) = ((0, 0), (0, 0));
+        for i in 0..400u32 {
+            let raw = service(i);
+            let j = s.compress(&("ns".into(), format!("svc{i}")), &raw);
+            let (e, h) = proto_round_trip(&j, svc_msg, &raw);
+            let at = if s.dict().is_some() && i >= 200 {
+                &mut later
+            } else {
+                &mut first
+            };
+            *at = (at.0 + e.len(), at.1 + h.held_len());
+        }
+        assert!(later.1 * 2 < later.0, "held {} of {}", later.1, later.0);
+        // Plain JSON packs plain protobuf.
+        let raw = service(1);
+        let (e, h) = proto_round_trip(&Json::plain(Bytes::from(raw.clone())), svc_msg, &raw);
+        assert_eq!(h.held_len(), e.len());
     }
 
     #[test]

@@ -195,7 +195,7 @@ impl<B: Backend> Watch<B> {
         match self.out.proto() {
             Some(msg) => proto::watch_frame(
                 ty,
-                &proto::envelope(&self.out.api_version, &self.out.kind, e.proto(msg)),
+                &proto::envelope(&self.out.api_version, &self.out.kind, &e.proto(msg)),
             ),
             None => event_line(ty, &e.bytes.get()),
         }
