@@ -37,8 +37,9 @@ pub struct Entry {
     pub bytes: Json,
     /// The object in protobuf (its message, without the envelope), encoded from `bytes` the first
     /// time a client asks for protobuf and shared by every list, get and watch after that; held in
-    /// `bytes`' form (`Json::pack_proto`): a family member's against its base's protobuf, an object
-    /// held against its resource's dictionary against that one.
+    /// `bytes`' form (`Json::pack_proto`): a family member's against its family's protobuf
+    /// dictionary (its first member's protobuf), an object held against its resource's dictionary
+    /// against that one.
     /// NB: held as encoded, the protobuf of `k8s-limits`' objects took herald from 429 to 805 MiB
     /// once a client had listed every kind in protobuf (DESIGN-NOTES section 7).
     pub proto: OnceLock<Proto>,
@@ -48,7 +49,7 @@ impl Entry {
     /// The object's protobuf message (see `proto`): borrowed when held as encoded, expanded
     /// otherwise; encoded on first use.
     pub fn proto(&self, msg: crate::proto::MsgId) -> Cow<'_, [u8]> {
-        self.bytes.proto(msg, self.held_proto(msg))
+        self.bytes.proto(self.held_proto(msg))
     }
 
     /// The length of the object's protobuf message (encoding it on first use).
@@ -58,7 +59,7 @@ impl Entry {
 
     /// Appends the object's protobuf message to `out` (a list expands each item straight into it).
     pub fn append_proto(&self, msg: crate::proto::MsgId, out: &mut Vec<u8>) {
-        self.bytes.append_proto(msg, self.held_proto(msg), out);
+        self.bytes.append_proto(self.held_proto(msg), out);
     }
 
     fn held_proto(&self, msg: crate::proto::MsgId) -> &Proto {
@@ -66,7 +67,7 @@ impl Entry {
             crate::proto::count_encoded();
             let json = self.bytes.get();
             let raw = crate::proto::schema().encode(msg, &json);
-            self.bytes.pack_proto(msg, raw)
+            self.bytes.pack_proto(raw)
         })
     }
 

@@ -399,9 +399,12 @@ pub struct Base {
     /// could be reused by a later base).
     id: u64,
     json: Json,
-    /// The base's protobuf, encoded from its JSON the first time a member's protobuf is held
-    /// against it (`Json::pack_proto`).
-    proto: OnceLock<Box<[u8]>>,
+    /// The family's protobuf dictionary: the protobuf of the first member whose protobuf was held
+    /// (`Json::pack_proto`), held as the base's JSON is (against the resource's dictionary once
+    /// there is one). NB: any bytes serve as a raw dictionary; taking a member's spares encoding the
+    /// base's JSON a second time, and for a family of one (each Service, EndpointSlice, Node) it
+    /// is that object's own.
+    proto: OnceLock<Json>,
 }
 
 impl Base {
@@ -469,19 +472,25 @@ impl Base {
         })
     }
 
-    /// The base's protobuf message `msg` (every member of a base is of its resource's message).
-    fn proto(&self, msg: crate::proto::MsgId) -> &[u8] {
+    /// Makes `proto`, a member's protobuf, the family's protobuf dictionary unless it has one;
+    /// whether it did.
+    fn offer_proto(&self, proto: &[u8]) -> bool {
+        let mut made = false;
         self.proto.get_or_init(|| {
-            crate::proto::schema()
-                .encode(msg, &self.json.get())
-                .into_boxed_slice()
-        })
+            made = true;
+            match &self.json.0 {
+                Repr::Zstd { dict, .. } => Json::with_dict(proto, dict),
+                _ => Json::compress(proto),
+            }
+        });
+        made
     }
 
-    /// A member's protobuf as one zstd frame with the base's protobuf as its dictionary: a Pod of a
-    /// ReplicaSet differs from its base in its name, uid, addresses and times (offline, a tenth of
-    /// `k8s-limits`: 202 bytes a pod of 2,060; DESIGN-NOTES section 7). Contexts as `compress_member`.
-    fn compress_proto(&self, msg: crate::proto::MsgId, bytes: &[u8]) -> Box<[u8]> {
+    /// A member's protobuf as one zstd frame with the family's protobuf dictionary (`offer_proto`
+    /// first): a Pod of a ReplicaSet differs from its siblings in its name, uid, addresses and
+    /// times (offline, a tenth of `k8s-limits`: 202 bytes a pod of 2,060; DESIGN-NOTES section 7).
+    /// Contexts as `compress_member`.
+    fn compress_proto(&self, bytes: &[u8]) -> Box<[u8]> {
         thread_local! {
             static CCTX: RefCell<(u64, zstd::zstd_safe::CCtx<'static>)> =
                 RefCell::new((0, member_cctx()));
@@ -489,7 +498,7 @@ impl Base {
         let mut out = Vec::with_capacity(zstd::zstd_safe::compress_bound(bytes.len()));
         CCTX.with_borrow_mut(|(loaded, c)| {
             if *loaded != self.id {
-                c.load_dictionary(self.proto(msg))
+                self.with_proto(|dict| c.load_dictionary(dict))
                     .expect("zstd loads any bytes as a raw dictionary");
                 *loaded = self.id;
             }
@@ -501,20 +510,44 @@ impl Base {
 
     /// Decompresses a member's protobuf frame (`compress_proto`) into `out`, exactly as long as
     /// the member's protobuf; the bytes written.
-    fn decompress_proto(&self, msg: crate::proto::MsgId, block: &[u8], out: &mut [u8]) -> usize {
+    fn decompress_proto(&self, block: &[u8], out: &mut [u8]) -> usize {
         thread_local! {
             static DCTX: RefCell<(u64, zstd::zstd_safe::DCtx<'static>)> =
                 RefCell::new((0, zstd::zstd_safe::DCtx::create()));
         }
         DCTX.with_borrow_mut(|(loaded, d)| {
             if *loaded != self.id {
-                d.load_dictionary(self.proto(msg))
+                self.with_proto(|dict| d.load_dictionary(dict))
                     .expect("zstd loads any bytes as a raw dictionary");
                 *loaded = self.id;
             }
             d.decompress(out, block)
                 .expect("a frame this store compressed decompresses")
         })
+    }
+
+    /// Calls `f` with the family's protobuf dictionary, expanded once per thread while the thread
+    /// reads members of the same base (empty if none was offered: never, for a frame made here).
+    fn with_proto<R>(&self, f: impl FnOnce(&[u8]) -> R) -> R {
+        thread_local! {
+            static LAST: RefCell<(u64, Vec<u8>)> = const { RefCell::new((0, Vec::new())) };
+        }
+        LAST.with(|last| {
+            let mut last = last.borrow_mut();
+            if last.0 != self.id {
+                last.1.clear();
+                if let Some(p) = self.proto.get() {
+                    p.append_to(&mut last.1);
+                }
+                last.0 = self.id;
+            }
+            f(&last.1)
+        })
+    }
+
+    /// What the family's protobuf dictionary holds, once offered.
+    pub fn proto_held_len(&self) -> usize {
+        self.proto.get().map_or(0, Json::held_len)
     }
 
     /// Calls `f` with the base's JSON, decompressed once per thread while the thread reads
@@ -707,6 +740,11 @@ enum ProtoRepr {
         block: Box<[u8]>,
         len: u32,
     },
+    /// The family's protobuf dictionary itself: this object's protobuf made it (nothing more held:
+    /// a family of one, each Service or EndpointSlice, holds its protobuf once).
+    Donor {
+        len: u32,
+    },
 }
 
 impl Proto {
@@ -714,7 +752,7 @@ impl Proto {
     pub fn len(&self) -> usize {
         match &self.0 {
             ProtoRepr::Plain(b) => b.len(),
-            ProtoRepr::Packed { len, .. } => *len as usize,
+            ProtoRepr::Packed { len, .. } | ProtoRepr::Donor { len } => *len as usize,
         }
     }
 
@@ -727,21 +765,27 @@ impl Proto {
         match &self.0 {
             ProtoRepr::Plain(b) => b.len(),
             ProtoRepr::Packed { block, .. } => block.len(),
+            ProtoRepr::Donor { .. } => 0,
         }
     }
 }
 
 impl Json {
-    /// `proto`, this object's protobuf message `msg`, held as this JSON is: a family member's
-    /// against its base's protobuf, an object held against its resource's dictionary against that
-    /// dictionary (it holds the same names and values), else as encoded.
-    pub(crate) fn pack_proto(&self, msg: crate::proto::MsgId, proto: Vec<u8>) -> Proto {
+    /// `proto`, this object's protobuf message, held as this JSON is: a family member's against its
+    /// family's protobuf dictionary (`Base::offer_proto`), an object held against its resource's
+    /// dictionary against that dictionary (it holds the same names and values), else as encoded.
+    pub(crate) fn pack_proto(&self, proto: Vec<u8>) -> Proto {
         let len = match u32::try_from(proto.len()) {
             Ok(len) if len > 0 => len,
             _ => return Proto(ProtoRepr::Plain(proto.into_boxed_slice())),
         };
         let block = match &self.0 {
-            Repr::Against { base, .. } => base.compress_proto(msg, &proto),
+            Repr::Against { base, .. } => {
+                if base.offer_proto(&proto) {
+                    return Proto(ProtoRepr::Donor { len });
+                }
+                base.compress_proto(&proto)
+            }
             Repr::Zstd { dict, .. } => dict.compress(&proto),
             Repr::Plain(_) | Repr::Lz4 { .. } => {
                 return Proto(ProtoRepr::Plain(proto.into_boxed_slice()));
@@ -751,27 +795,33 @@ impl Json {
     }
 
     /// The protobuf `held` (packed by this JSON): borrowed when held as encoded.
-    pub(crate) fn proto<'a>(&self, msg: crate::proto::MsgId, held: &'a Proto) -> Cow<'a, [u8]> {
+    pub(crate) fn proto<'a>(&self, held: &'a Proto) -> Cow<'a, [u8]> {
         match &held.0 {
             ProtoRepr::Plain(b) => Cow::Borrowed(b),
-            ProtoRepr::Packed { len, .. } => {
+            ProtoRepr::Packed { len, .. } | ProtoRepr::Donor { len } => {
                 let mut out = Vec::with_capacity(*len as usize);
-                self.append_proto(msg, held, &mut out);
+                self.append_proto(held, &mut out);
                 Cow::Owned(out)
             }
         }
     }
 
     /// Appends the protobuf `held` (packed by this JSON) to `out`.
-    pub(crate) fn append_proto(&self, msg: crate::proto::MsgId, held: &Proto, out: &mut Vec<u8>) {
-        let (block, len) = match &held.0 {
-            ProtoRepr::Plain(b) => return out.extend_from_slice(b),
-            ProtoRepr::Packed { block, len } => (block, *len as usize),
+    pub(crate) fn append_proto(&self, held: &Proto, out: &mut Vec<u8>) {
+        let (block, len) = match (&held.0, &self.0) {
+            (ProtoRepr::Plain(b), _) => return out.extend_from_slice(b),
+            (ProtoRepr::Donor { .. }, Repr::Against { base, .. }) => {
+                return base.with_proto(|p| out.extend_from_slice(p));
+            }
+            (ProtoRepr::Packed { block, len }, _) => (block, *len as usize),
+            (ProtoRepr::Donor { .. }, _) => {
+                unreachable!("only a family member donates its family's protobuf dictionary")
+            }
         };
         let start = out.len();
         out.resize(start + len, 0);
         let n = match &self.0 {
-            Repr::Against { base, .. } => base.decompress_proto(msg, block, &mut out[start..]),
+            Repr::Against { base, .. } => base.decompress_proto(block, &mut out[start..]),
             Repr::Zstd { dict, .. } => dict.decompress_into(block, &mut out[start..]),
             Repr::Plain(_) | Repr::Lz4 { .. } => {
                 unreachable!(

@@ -190,14 +190,15 @@ mod tests {
         assert_eq!(s.live(), 0);
     }
 
-    /// An object's protobuf, packed by its JSON and read back (whole, and appended after a prefix).
+    /// An object's protobuf, packed by its JSON and read back (whole, and appended after a prefix);
+    /// what it holds, its family's protobuf dictionary apart.
     fn proto_round_trip(j: &Json, msg: crate::proto::MsgId, raw: &[u8]) -> (Vec<u8>, Proto) {
         let encoded = crate::proto::schema().encode(msg, raw);
-        let held = j.pack_proto(msg, encoded.clone());
+        let held = j.pack_proto(encoded.clone());
         assert_eq!(held.len(), encoded.len());
-        assert_eq!(&*j.proto(msg, &held), &encoded[..]);
+        assert_eq!(&*j.proto(&held), &encoded[..]);
         let mut out = b"prefix".to_vec();
-        j.append_proto(msg, &held, &mut out);
+        j.append_proto(&held, &mut out);
         assert_eq!(&out[6..], &encoded[..]);
         (encoded, held)
     }
@@ -208,6 +209,7 @@ mod tests {
         let pod_msg = schema.kind("v1", "Pod").expect("Pod is in the schema");
         let s = Siblings::new();
         let (mut encoded, mut held) = (0, 0);
+        let mut kept = Vec::new();
         for i in 0..50 {
             let name = format!("web-7d9f8c6b5-{i:05}");
             let raw = pod(&name, &format!("10.0.{}.{}", i / 200, i % 200));
@@ -215,28 +217,46 @@ mod tests {
             let (e, h) = proto_round_trip(&j, pod_msg, &raw);
             assert!(e.len() > 100, "a pod's protobuf: {} bytes", e.len());
             (encoded, held) = (encoded + e.len(), held + h.held_len());
+            kept.push((j, e, h));
         }
-        // Members against their base's protobuf: what differs, not the whole message.
+        let base = kept[0].0.base().expect("a family").clone();
+        held += base.proto_held_len();
+        // Members against their family's protobuf: what differs, not the whole message.
         assert!(held * 5 < encoded, "held {held} of {encoded}");
+        // Read back again in another order (the thread's contexts switch bases).
+        for (j, e, h) in kept.iter().rev() {
+            assert_eq!(&*j.proto(h), &e[..]);
+        }
 
-        // Services: each its own base, held against the resource's dictionary once it has one.
+        // Services: each a family of one, its protobuf dictionary held against the resource's
+        // dictionary once there is one.
         let svc_msg = schema
             .kind("v1", "Service")
             .expect("Service is in the schema");
         let s = Siblings::new();
-        let (mut first, mut later) = ((0, 0), (0, 0));
+        let (mut later_encoded, mut later_held) = (0, 0);
+        let mut kept = Vec::new();
         for i in 0..400u32 {
             let raw = service(i);
             let j = s.compress(&("ns".into(), format!("svc{i}")), &raw);
             let (e, h) = proto_round_trip(&j, svc_msg, &raw);
-            let at = if s.dict().is_some() && i >= 200 {
-                &mut later
-            } else {
-                &mut first
-            };
-            *at = (at.0 + e.len(), at.1 + h.held_len());
+            if i >= 200 {
+                let base = j.base().expect("its own family");
+                later_encoded += e.len();
+                later_held += h.held_len() + base.proto_held_len();
+            }
+            kept.push((j, e, h));
         }
-        assert!(later.1 * 2 < later.0, "held {} of {}", later.1, later.0);
+        assert!(s.dict().is_some());
+        // Each holds its protobuf once, against the resource's dictionary (these are ~150 bytes:
+        // a zstd frame's own bytes are a large part; an EndpointSlice is ~2.4 KB).
+        assert!(
+            later_held * 10 < later_encoded * 9,
+            "held {later_held} of {later_encoded}"
+        );
+        for (j, e, h) in kept.iter().step_by(7) {
+            assert_eq!(&*j.proto(h), &e[..]);
+        }
         // Plain JSON packs plain protobuf.
         let raw = service(1);
         let (e, h) = proto_round_trip(&Json::plain(Bytes::from(raw.clone())), svc_msg, &raw);
