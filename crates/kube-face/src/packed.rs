@@ -391,6 +391,15 @@ impl fmt::Debug for Dict {
     }
 }
 
+/// Which of a base's dictionaries a member frame is compressed against.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Of {
+    /// The base's JSON.
+    Json,
+    /// The family's protobuf dictionary (`Base::offer_proto`).
+    Proto,
+}
+
 /// The JSON of one object of a family (`siblings::Siblings`), held compressed (against its
 /// resource's dictionary when there is one, LZ4 alone before), that its siblings are compressed
 /// against.
@@ -432,19 +441,22 @@ impl Base {
         self.json.held_len()
     }
 
-    /// `bytes` as one zstd frame with the base's JSON as its dictionary. NB: zstd, not LZ4 (the
-    /// members of `k8s-limits`'s ReplicaSets: 42.7 → 25.7 MB, DESIGN-NOTES section 10); the thread's
-    /// context keeps the base loaded, so the members of one family, which lists and relists read
-    /// one after the other, load it once.
-    fn compress_member(&self, bytes: &[u8]) -> Box<[u8]> {
+    /// `bytes` as one zstd frame with the base's JSON (`Of::Json`) or the family's protobuf
+    /// dictionary (`Of::Proto`, `offer_proto` first) as its dictionary. NB: zstd, not LZ4 (the
+    /// members of `k8s-limits`'s ReplicaSets: 42.7 → 25.7 MB of JSON, DESIGN-NOTES section 10; a Pod's
+    /// protobuf against its family's, offline at a tenth of `k8s-limits`: 202 bytes of 2,060, section
+    /// 7); each thread keeps a context per `Of` with the dictionary loaded, so the members of one family, which
+    /// lists and relists read one after the other, load it once.
+    fn compress_member(&self, of: Of, bytes: &[u8]) -> Box<[u8]> {
         thread_local! {
-            static CCTX: RefCell<(u64, zstd::zstd_safe::CCtx<'static>)> =
-                RefCell::new((0, member_cctx()));
+            static CCTX: RefCell<[(u64, zstd::zstd_safe::CCtx<'static>); 2]> =
+                RefCell::new([(0, member_cctx()), (0, member_cctx())]);
         }
         let mut out = Vec::with_capacity(zstd::zstd_safe::compress_bound(bytes.len()));
-        CCTX.with_borrow_mut(|(loaded, c)| {
+        CCTX.with_borrow_mut(|ctxs| {
+            let (loaded, c) = &mut ctxs[of as usize];
             if *loaded != self.id {
-                self.with_json(|dict| c.load_dictionary(dict))
+                self.with_dictionary(of, |dict| c.load_dictionary(dict))
                     .expect("zstd loads any bytes as a raw dictionary");
                 *loaded = self.id;
             }
@@ -454,21 +466,52 @@ impl Base {
         out.into_boxed_slice()
     }
 
-    /// Decompresses a member's frame (`compress_member`) into `out`, exactly as long as the
-    /// member's JSON; the bytes written.
-    fn decompress_member(&self, block: &[u8], out: &mut [u8]) -> usize {
+    /// Decompresses a member's frame (`compress_member` with the same `of`) into `out`, exactly as
+    /// long as what it was compressed from; the bytes written.
+    fn decompress_member(&self, of: Of, block: &[u8], out: &mut [u8]) -> usize {
         thread_local! {
-            static DCTX: RefCell<(u64, zstd::zstd_safe::DCtx<'static>)> =
-                RefCell::new((0, zstd::zstd_safe::DCtx::create()));
+            static DCTX: RefCell<[(u64, zstd::zstd_safe::DCtx<'static>); 2]> = RefCell::new([
+                (0, zstd::zstd_safe::DCtx::create()),
+                (0, zstd::zstd_safe::DCtx::create()),
+            ]);
         }
-        DCTX.with_borrow_mut(|(loaded, d)| {
+        DCTX.with_borrow_mut(|ctxs| {
+            let (loaded, d) = &mut ctxs[of as usize];
             if *loaded != self.id {
-                self.with_json(|dict| d.load_dictionary(dict))
+                self.with_dictionary(of, |dict| d.load_dictionary(dict))
                     .expect("zstd loads any bytes as a raw dictionary");
                 *loaded = self.id;
             }
             d.decompress(out, block)
                 .expect("a frame this store compressed decompresses")
+        })
+    }
+
+    /// Calls `f` with the dictionary `of` names, expanded once per thread while the thread reads
+    /// members of the same base (a list reads a family's members one after the other). Empty for
+    /// `Of::Proto` before a member offered one (never, for a frame made here).
+    fn with_dictionary<R>(&self, of: Of, f: impl FnOnce(&[u8]) -> R) -> R {
+        thread_local! {
+            /// One per `Of`: a member's JSON and protobuf are read in turn when its protobuf is made.
+            static LAST: RefCell<[(u64, Vec<u8>); 2]> =
+                const { RefCell::new([(0, Vec::new()), (0, Vec::new())]) };
+        }
+        LAST.with(|last| {
+            let mut last = last.borrow_mut();
+            let (id, bytes) = &mut last[of as usize];
+            if *id != self.id {
+                bytes.clear();
+                match of {
+                    Of::Json => self.json.append_to(bytes),
+                    Of::Proto => {
+                        if let Some(p) = self.proto.get() {
+                            p.append_to(bytes);
+                        }
+                    }
+                }
+                *id = self.id;
+            }
+            f(bytes)
         })
     }
 
@@ -486,85 +529,9 @@ impl Base {
         made
     }
 
-    /// A member's protobuf as one zstd frame with the family's protobuf dictionary (`offer_proto`
-    /// first): a Pod of a ReplicaSet differs from its siblings in its name, uid, addresses and
-    /// times (offline, a tenth of `k8s-limits`: 202 bytes a pod of 2,060; DESIGN-NOTES section 7).
-    /// Contexts as `compress_member`.
-    fn compress_proto(&self, bytes: &[u8]) -> Box<[u8]> {
-        thread_local! {
-            static CCTX: RefCell<(u64, zstd::zstd_safe::CCtx<'static>)> =
-                RefCell::new((0, member_cctx()));
-        }
-        let mut out = Vec::with_capacity(zstd::zstd_safe::compress_bound(bytes.len()));
-        CCTX.with_borrow_mut(|(loaded, c)| {
-            if *loaded != self.id {
-                self.with_proto(|dict| c.load_dictionary(dict))
-                    .expect("zstd loads any bytes as a raw dictionary");
-                *loaded = self.id;
-            }
-            c.compress2(&mut out, bytes)
-                .expect("compressing into a buffer of zstd's bound succeeds");
-        });
-        out.into_boxed_slice()
-    }
-
-    /// Decompresses a member's protobuf frame (`compress_proto`) into `out`, exactly as long as
-    /// the member's protobuf; the bytes written.
-    fn decompress_proto(&self, block: &[u8], out: &mut [u8]) -> usize {
-        thread_local! {
-            static DCTX: RefCell<(u64, zstd::zstd_safe::DCtx<'static>)> =
-                RefCell::new((0, zstd::zstd_safe::DCtx::create()));
-        }
-        DCTX.with_borrow_mut(|(loaded, d)| {
-            if *loaded != self.id {
-                self.with_proto(|dict| d.load_dictionary(dict))
-                    .expect("zstd loads any bytes as a raw dictionary");
-                *loaded = self.id;
-            }
-            d.decompress(out, block)
-                .expect("a frame this store compressed decompresses")
-        })
-    }
-
-    /// Calls `f` with the family's protobuf dictionary, expanded once per thread while the thread
-    /// reads members of the same base (empty if none was offered: never, for a frame made here).
-    fn with_proto<R>(&self, f: impl FnOnce(&[u8]) -> R) -> R {
-        thread_local! {
-            static LAST: RefCell<(u64, Vec<u8>)> = const { RefCell::new((0, Vec::new())) };
-        }
-        LAST.with(|last| {
-            let mut last = last.borrow_mut();
-            if last.0 != self.id {
-                last.1.clear();
-                if let Some(p) = self.proto.get() {
-                    p.append_to(&mut last.1);
-                }
-                last.0 = self.id;
-            }
-            f(&last.1)
-        })
-    }
-
     /// What the family's protobuf dictionary holds, once offered.
     pub fn proto_held_len(&self) -> usize {
         self.proto.get().map_or(0, Json::held_len)
-    }
-
-    /// Calls `f` with the base's JSON, decompressed once per thread while the thread reads
-    /// members of the same base (a list reads a family's members one after the other).
-    fn with_json<R>(&self, f: impl FnOnce(&[u8]) -> R) -> R {
-        thread_local! {
-            static LAST: RefCell<(u64, Vec<u8>)> = const { RefCell::new((0, Vec::new())) };
-        }
-        LAST.with(|last| {
-            let mut last = last.borrow_mut();
-            if last.0 != self.id {
-                last.1.clear();
-                self.json.append_to(&mut last.1);
-                last.0 = self.id;
-            }
-            f(&last.1)
-        })
     }
 }
 
@@ -613,7 +580,7 @@ impl Json {
     /// when they differ from it only in names, uids, addresses and times (a ReplicaSet's pods).
     pub fn against(bytes: &[u8], base: &Arc<Base>) -> Json {
         Json::packed(bytes, |len| Repr::Against {
-            block: base.compress_member(bytes),
+            block: base.compress_member(Of::Json, bytes),
             len,
             base: base.clone(),
         })
@@ -713,7 +680,7 @@ impl Json {
                 let start = out.len();
                 out.resize(start + *len as usize, 0);
                 // As above, with the dictionary it was compressed with.
-                let n = base.decompress_member(block, &mut out[start..]);
+                let n = base.decompress_member(Of::Json, block, &mut out[start..]);
                 debug_assert_eq!(n, *len as usize);
             }
             Repr::Zstd { block, len, dict } => {
@@ -784,7 +751,7 @@ impl Json {
                 if base.offer_proto(&proto) {
                     return Proto(ProtoRepr::Donor { len });
                 }
-                base.compress_proto(&proto)
+                base.compress_member(Of::Proto, &proto)
             }
             Repr::Zstd { dict, .. } => dict.compress(&proto),
             Repr::Plain(_) | Repr::Lz4 { .. } => {
@@ -811,7 +778,7 @@ impl Json {
         let (block, len) = match (&held.0, &self.0) {
             (ProtoRepr::Plain(b), _) => return out.extend_from_slice(b),
             (ProtoRepr::Donor { .. }, Repr::Against { base, .. }) => {
-                return base.with_proto(|p| out.extend_from_slice(p));
+                return base.with_dictionary(Of::Proto, |p| out.extend_from_slice(p));
             }
             (ProtoRepr::Packed { block, len }, _) => (block, *len as usize),
             (ProtoRepr::Donor { .. }, _) => {
@@ -821,7 +788,9 @@ impl Json {
         let start = out.len();
         out.resize(start + len, 0);
         let n = match &self.0 {
-            Repr::Against { base, .. } => base.decompress_proto(block, &mut out[start..]),
+            Repr::Against { base, .. } => {
+                base.decompress_member(Of::Proto, block, &mut out[start..])
+            }
             Repr::Zstd { dict, .. } => dict.decompress_into(block, &mut out[start..]),
             Repr::Plain(_) | Repr::Lz4 { .. } => {
                 unreachable!(
