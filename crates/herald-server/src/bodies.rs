@@ -78,7 +78,8 @@ impl<K, V> Default for Slots<K, V> {
 pub struct BodyStore<K, V> {
     budget: AtomicUsize,
     slots: Mutex<Slots<K, V>>,
-    /// The kept bodies asked for again and again, held expanded besides (their own budget).
+    /// The kept bodies asked for again and again, held expanded besides (in the room the budget
+    /// leaves beside the kept bodies, at most `--hot-body-bytes`).
     hot: HotBodies,
     metrics: BodyMetrics,
 }
