@@ -109,7 +109,7 @@ pub fn spawn(
                 siblings: Siblings::new(),
                 slim_siblings: Siblings::keeping(3, 4),
             };
-            tokio::spawn(feed.run(shutdown.clone()).instrument(span))
+            tokio::spawn(Arc::new(feed).run(shutdown.clone()).instrument(span))
         })
         .collect()
 }
@@ -221,16 +221,17 @@ struct Feed {
 }
 
 impl Feed {
-    async fn run(mut self, shutdown: CancellationToken) {
+    async fn run(self: Arc<Self>, shutdown: CancellationToken) {
         let mut phase = Phase::List;
         let mut backoff = Backoff {
             next: Backoff::START,
         };
-        tracing::info!(streaming = self.streaming, "starting upstream feed");
+        let mut streaming = self.streaming;
+        tracing::info!(streaming, "starting upstream feed");
         loop {
             let step = async {
                 match phase {
-                    Phase::List if self.streaming => self.watch(None).await,
+                    Phase::List if streaming => self.watch(None).await,
                     Phase::List => self.list().await,
                     Phase::Watch(rv) => self.watch(Some(rv)).await,
                 }
@@ -248,7 +249,7 @@ impl Feed {
                     tracing::warn!(
                         "the upstream refused a streaming list; falling back to list+watch"
                     );
-                    self.streaming = false;
+                    streaming = false;
                     Phase::List
                 }
                 Outcome::Failed(p, why) => {
@@ -502,7 +503,7 @@ impl Feed {
 
     /// A watch from `from`, or (None) a streaming list: a watch with `sendInitialEvents=true` whose
     /// initial events are buffered until the `k8s.io/initial-events-end` bookmark and swapped in.
-    async fn watch(&self, from: Option<u64>) -> Outcome {
+    async fn watch(self: &Arc<Self>, from: Option<u64>) -> Outcome {
         // client-go's reflector picks a timeout between 5 and 10 minutes so watches do not all end
         // together; the apiserver ends the watch then, and herald resumes from where it was.
         let timeout = 300 + u64::from(std::process::id() as u16 % 300);
@@ -546,9 +547,10 @@ impl Feed {
             // A resumed watch serves the state herald already holds: it is current again.
             self.shared.set_resource_stale(self.r, false);
         }
+        // NB: `rv` moves only once the initial events are in: a stream that breaks before their end
+        // must list again, not watch from the middle of a list it never applied.
         let mut rv = from;
-        let mut initial: Option<(Vec<Ingested>, Vec<Key>)> =
-            from.is_none().then(|| (Vec::new(), Vec::new()));
+        let mut initial: Option<Initial> = from.is_none().then(Initial::default);
         let mut line = Vec::new();
         let mut reader = crate::frames::LineReader::new(self.shared.max_object_bytes());
         let idle = Duration::from_secs(timeout + 60);
@@ -605,28 +607,29 @@ impl Feed {
             };
             let raw = ev.object.get().as_bytes();
             match ev.ty.as_ref() {
-                "ADDED" | "MODIFIED" => match self.ingest(raw) {
-                    Ok(entry) => {
-                        rv = Some(entry.entry.rv.max(rv.unwrap_or(0)));
-                        match &mut initial {
-                            Some((buf, _)) => {
-                                self.count("relist_object");
-                                buf.push(entry);
-                            }
-                            None => {
-                                self.count("apply");
-                                pending.push(Change::Upsert(entry));
-                            }
+                "ADDED" | "MODIFIED" => match &mut initial {
+                    Some(init) => {
+                        if let Err(why) = init.add(self, raw).await {
+                            return Outcome::Failed(Phase::List, why);
                         }
                     }
-                    Err(why) => {
-                        self.malformed(&why);
-                        if let (Some((_, keep)), Some(k)) = (&mut initial, self.key_of(raw)) {
-                            keep.push(k);
+                    None => match self.ingest(raw) {
+                        Ok(entry) => {
+                            rv = Some(entry.entry.rv.max(rv.unwrap_or(0)));
+                            self.count("apply");
+                            pending.push(Change::Upsert(entry));
                         }
-                    }
+                        Err(why) => self.malformed(&why),
+                    },
                 },
                 "DELETED" => match self.head(raw) {
+                    Ok(h) if initial.is_some() => {
+                        if let Some(init) = &mut initial
+                            && let Err(why) = init.remove(self, &h.key).await
+                        {
+                            return Outcome::Failed(Phase::List, why);
+                        }
+                    }
                     Ok(h) => {
                         rv = Some(h.rv.max(rv.unwrap_or(0)));
                         let bytes = self.kept_bytes(&h.key, raw);
@@ -639,13 +642,8 @@ impl Feed {
                             bytes,
                             proto: Default::default(),
                         });
-                        match &mut initial {
-                            Some((buf, _)) => buf.retain(|e| e.entry.key != entry.key),
-                            None => {
-                                self.count("delete");
-                                pending.push(Change::Remove(entry));
-                            }
-                        }
+                        self.count("delete");
+                        pending.push(Change::Remove(entry));
                     }
                     Err(e) => self.malformed(&e.to_string()),
                 },
@@ -654,7 +652,6 @@ impl Feed {
                     let Ok(b) = m.metadata.resource_version.parse::<u64>() else {
                         continue;
                     };
-                    rv = Some(b.max(rv.unwrap_or(0)));
                     let end = m
                         .metadata
                         .annotations
@@ -662,9 +659,18 @@ impl Feed {
                         .is_some_and(|v| v == "true");
                     self.flush(&mut pending);
                     match initial.take() {
-                        Some((buf, keep)) if end => self.swap(b, buf, keep),
+                        Some(init) if end => match init.finish(self).await {
+                            Ok((buf, keep)) => {
+                                rv = Some(b);
+                                self.swap(b, buf, keep);
+                            }
+                            Err(why) => return Outcome::Failed(Phase::List, why),
+                        },
                         Some(buffered) => initial = Some(buffered),
-                        None => self.shared.cache.bookmark(self.r, b),
+                        None => {
+                            rv = Some(b.max(rv.unwrap_or(0)));
+                            self.shared.cache.bookmark(self.r, b);
+                        }
                     }
                 }
                 "ERROR" => {
@@ -688,10 +694,122 @@ impl Feed {
                 }
                 other => tracing::debug!(event = other, "unknown watch event type ignored"),
             }
-            if initial.is_some() && n > 0 {
-                continue;
+        }
+    }
+}
+
+/// The initial events of a streaming list, ingested off the feed's thread. Reading the stream and
+/// splitting it into events is a fraction of what ingesting an object costs (its head, its slim
+/// projection, its compression against its siblings): ingested in line on the one upstream thread,
+/// the 150,000 pods of `k8s-limits` kept one core busy for ~5 s while the other waited for the list
+/// to end to build groups. So objects are gathered into batches, each batch is ingested on the
+/// blocking pool while the stream is read on, and results are taken back in the order they came.
+#[derive(Default)]
+struct Initial {
+    entries: Vec<Ingested>,
+    /// Listed objects that could not be ingested: their stored version is kept.
+    keep: Vec<Key>,
+    batch: Batch,
+    running: std::collections::VecDeque<JoinHandle<Vec<Result<Ingested, Refused>>>>,
+}
+
+/// Objects' JSON, one after the other.
+#[derive(Default)]
+struct Batch {
+    bytes: Vec<u8>,
+    items: Vec<std::ops::Range<usize>>,
+}
+
+/// An object the feed could not ingest: why, and its key when it has one.
+struct Refused(String, Option<Key>);
+
+impl Initial {
+    /// A batch is handed to the blocking pool at this many objects or bytes, whichever comes first.
+    const BATCH_ITEMS: usize = 256;
+    const BATCH_BYTES: usize = 1 << 20;
+
+    /// Batches being ingested at once at most: enough to keep every core busy while the stream is
+    /// read, few enough to bound the objects held twice (as received and as ingested).
+    fn running_max() -> usize {
+        2 * std::thread::available_parallelism().map_or(1, |n| n.get())
+    }
+
+    async fn add(&mut self, feed: &Arc<Feed>, raw: &[u8]) -> Result<(), String> {
+        let at = self.batch.bytes.len();
+        self.batch.bytes.extend_from_slice(raw);
+        self.batch.items.push(at..at + raw.len());
+        if self.batch.items.len() >= Self::BATCH_ITEMS
+            || self.batch.bytes.len() >= Self::BATCH_BYTES
+        {
+            self.dispatch(feed);
+            while self.running.len() > Self::running_max() {
+                self.take_oldest(feed).await?;
             }
         }
+        Ok(())
+    }
+
+    fn dispatch(&mut self, feed: &Arc<Feed>) {
+        if self.batch.items.is_empty() {
+            return;
+        }
+        let batch = std::mem::take(&mut self.batch);
+        let feed = feed.clone();
+        self.running.push_back(tokio::task::spawn_blocking(move || {
+            batch
+                .items
+                .iter()
+                .map(|r| {
+                    let raw = &batch.bytes[r.clone()];
+                    feed.ingest(raw)
+                        .map_err(|why| Refused(why, feed.key_of(raw)))
+                })
+                .collect()
+        }));
+    }
+
+    async fn take_oldest(&mut self, feed: &Feed) -> Result<(), String> {
+        let Some(running) = self.running.pop_front() else {
+            return Ok(());
+        };
+        let done = running
+            .await
+            .map_err(|e| format!("ingesting the initial events: {e}"))?;
+        for item in done {
+            match item {
+                Ok(entry) => {
+                    feed.count("relist_object");
+                    self.entries.push(entry);
+                }
+                Err(Refused(why, key)) => {
+                    feed.malformed(&why);
+                    self.keep.extend(key);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Every object so far, ingested and in order.
+    async fn settle(&mut self, feed: &Arc<Feed>) -> Result<(), String> {
+        self.dispatch(feed);
+        while !self.running.is_empty() {
+            self.take_oldest(feed).await?;
+        }
+        Ok(())
+    }
+
+    /// A deletion among the initial events: the object is not part of the list.
+    async fn remove(&mut self, feed: &Arc<Feed>, key: &Key) -> Result<(), String> {
+        self.settle(feed).await?;
+        self.entries.retain(|e| e.entry.key != *key);
+        Ok(())
+    }
+
+    /// The list: its objects, and the keys of those that could not be ingested.
+    async fn finish(mut self, feed: &Arc<Feed>) -> Result<(Vec<Ingested>, Vec<Key>), String> {
+        self.settle(feed).await?;
+        Ok((self.entries, self.keep))
     }
 }
 
@@ -821,6 +939,161 @@ mod tests {
             .get();
         assert_eq!(malformed, 2);
         assert!(shared.ready());
+        stop.cancel();
+        for t in tasks {
+            t.await.expect("feed stops");
+        }
+    }
+
+    /// A scripted upstream for streaming lists: each watch request takes the next script's lines and
+    /// then ends the stream (`false`) or holds it open (`true`); the queries are recorded.
+    async fn fake_streaming(
+        scripts: Vec<(Vec<serde_json::Value>, bool)>,
+    ) -> (String, Arc<std::sync::Mutex<Vec<String>>>) {
+        let scripts = Arc::new(std::sync::Mutex::new(std::collections::VecDeque::from(
+            scripts,
+        )));
+        let queries = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let seen = queries.clone();
+        let app = axum::Router::new().route(
+            "/api/v1/pods",
+            get(move |RawQuery(q): RawQuery| {
+                let (scripts, seen) = (scripts.clone(), seen.clone());
+                async move {
+                    seen.lock().expect("lock").push(q.unwrap_or_default());
+                    let (lines, hold) = scripts
+                        .lock()
+                        .expect("lock")
+                        .pop_front()
+                        .unwrap_or((Vec::new(), true));
+                    let mut body = String::new();
+                    for e in lines {
+                        body.push_str(&e.to_string());
+                        body.push('\n');
+                    }
+                    let first = futures::stream::once(async move { Ok::<_, std::io::Error>(body) });
+                    if hold {
+                        axum::body::Body::from_stream(futures::StreamExt::chain(
+                            first,
+                            futures::stream::pending(),
+                        ))
+                    } else {
+                        axum::body::Body::from_stream(first)
+                    }
+                }
+            }),
+        );
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        tokio::spawn(async move { axum::serve(listener, app).await.expect("serve") });
+        (format!("http://{addr}"), queries)
+    }
+
+    fn bookmark(rv: u64, end: bool) -> serde_json::Value {
+        let mut meta = json!({"resourceVersion": rv.to_string()});
+        if end {
+            meta["annotations"] = json!({"k8s.io/initial-events-end": "true"});
+        }
+        json!({"type": "BOOKMARK", "object": {"kind": "Pod", "apiVersion": "v1", "metadata": meta}})
+    }
+
+    async fn streaming_feed(url: &str) -> (Arc<Shared>, CancellationToken, Vec<JoinHandle<()>>) {
+        let cfg = herald_core::parse_config("jobs:\n- name: pods\n  role: pod\n").expect("valid");
+        let shared = Shared::with_kube_api(
+            crate::serve::job_specs(&cfg, None).expect("valid"),
+            crate::state::KubeApiOptions::default(),
+        );
+        let client = client(kube::Config::new(url.parse().expect("url")), "test").expect("client");
+        let stop = CancellationToken::new();
+        let tasks = spawn(client, shared.clone(), true, stop.clone());
+        (shared, stop, tasks)
+    }
+
+    async fn wait_ready(shared: &Shared) {
+        for _ in 0..250 {
+            if shared.ready() {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        panic!("not ready");
+    }
+
+    /// The initial events are ingested in batches off the feed's thread: the list applied is every
+    /// object in the order given, less those deleted among the initial events and those that could
+    /// not be ingested, across many batches.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn streaming_list_ingested_in_batches_is_the_list_given() {
+        let n = 3 * Initial::BATCH_ITEMS + 17;
+        let mut lines: Vec<serde_json::Value> = (0..n)
+            .map(|i| {
+                let ip = format!("127.16.{}.{}", i / 250, i % 250 + 1);
+                json!({"type": "ADDED", "object": mk_pod(&format!("p{i:04}"), 100 + i as u64, &ip)})
+            })
+            .collect();
+        lines.insert(
+            300,
+            json!({"type": "ADDED", "object": mk_malformed_pod("bad", 99)}),
+        );
+        // A deletion among the initial events, of an object in an earlier batch.
+        lines.insert(
+            600,
+            json!({"type": "DELETED", "object": mk_pod("p0010", 150, "127.16.0.11")}),
+        );
+        lines.push(bookmark(5000, true));
+        let (url, _) = fake_streaming(vec![(lines, true)]).await;
+        let (shared, stop, tasks) = streaming_feed(&url).await;
+        wait_ready(&shared).await;
+        let r = shared.cache.id_of(WatchKind::Pod).expect("pods cached");
+        assert_eq!(shared.cache.resource_version(r), 5000);
+        assert_eq!(shared.cache.len(r), n - 1, "every pod but the deleted one");
+        {
+            let read = shared.cache.read(r);
+            assert!(read.get_parts("default", "p0010").is_none(), "deleted");
+            assert!(read.get_parts("default", "bad").is_none(), "malformed");
+            for i in [0, 11, 255, 256, 511, n - 1] {
+                let e = read
+                    .get_parts("default", &format!("p{i:04}"))
+                    .unwrap_or_else(|| panic!("p{i:04} listed"));
+                assert_eq!(e.rv, 100 + i as u64);
+            }
+        }
+        assert_eq!(shared.job_counts(0).1, n - 1, "one target per pod");
+        let malformed = shared
+            .metrics
+            .upstream_malformed
+            .get_or_create(&Metrics::kind("pods"))
+            .get();
+        assert_eq!(malformed, 1);
+        stop.cancel();
+        for t in tasks {
+            t.await.expect("feed stops");
+        }
+    }
+
+    /// A streaming list whose stream ends before its initial events do is listed again from the
+    /// start: a watch from the versions of the events it did get would never bring the rest.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_streaming_list_cut_short_is_listed_again() {
+        let added = |i: u64| json!({"type": "ADDED", "object": mk_pod(&format!("p{i}"), 10 + i, &format!("127.16.0.{}", i + 1))});
+        let cut: Vec<_> = (0..5).map(added).collect();
+        let mut whole: Vec<_> = (0..8).map(added).collect();
+        whole.push(bookmark(40, true));
+        let (url, queries) = fake_streaming(vec![(cut, false), (whole, true)]).await;
+        let (shared, stop, tasks) = streaming_feed(&url).await;
+        wait_ready(&shared).await;
+        let r = shared.cache.id_of(WatchKind::Pod).expect("pods cached");
+        assert_eq!(shared.cache.len(r), 8);
+        let queries = queries.lock().expect("lock").clone();
+        assert_eq!(queries.len(), 2, "{queries:?}");
+        assert!(
+            queries[1].contains("sendInitialEvents=true")
+                && !queries[1].contains("resourceVersion="),
+            "the second request lists again: {}",
+            queries[1]
+        );
         stop.cancel();
         for t in tasks {
             t.await.expect("feed stops");
