@@ -202,24 +202,44 @@ impl Interner {
 
     /// `labels` (sorted, as a `LabelSet` is) split by family into interned blocks, empty ones left
     /// out; `skip` names a label not to keep.
-    fn blocks(&self, labels: &LabelSet, skip: Option<&str>) -> Box<[Block]> {
-        self.family_blocks(labels, skip)
+    fn blocks(&self, labels: &LabelSet, skip: Option<&str>, recent: &mut Recent) -> Box<[Block]> {
+        self.family_blocks(labels, skip, recent)
             .into_iter()
             .flatten()
             .collect()
     }
 
-    /// `labels` split by family into interned blocks, by family.
-    fn family_blocks(&self, labels: &LabelSet, skip: Option<&str>) -> Families {
-        let mut runs: [Vec<(Sym, Sym)>; FAMILIES] = Default::default();
+    /// `labels` split by family into interned blocks, by family. A run of labels equal to one of
+    /// `recent`'s blocks is that block, without interning a string.
+    fn family_blocks(
+        &self,
+        labels: &LabelSet,
+        skip: Option<&str>,
+        recent: &mut Recent,
+    ) -> Families {
+        let mut runs: [Vec<(&str, &str)>; FAMILIES] = Default::default();
         for (k, v) in labels {
             if skip == Some(k.as_str()) {
                 continue;
             }
-            let pair = (self.sym(k), self.sym(v));
-            runs[family(k)].push(pair);
+            runs[family(k)].push((k, v));
         }
-        runs.map(|r| (!r.is_empty()).then(|| self.block(&r)))
+        runs.map(|run| {
+            if run.is_empty() {
+                return None;
+            }
+            let hash = recent.hash(&run);
+            if let Some(b) = recent.get(hash, &run) {
+                return Some(b);
+            }
+            let pairs: Vec<(Sym, Sym)> = run
+                .iter()
+                .map(|(k, v)| (self.sym(k), self.sym(v)))
+                .collect();
+            let b = self.block(&pairs);
+            recent.put(hash, &b);
+            Some(b)
+        })
     }
 
     /// One block of two blocks' labels (a target's own and its pod's, should they ever share a
@@ -271,6 +291,87 @@ impl Interner {
 
 /// A label set's blocks by family (`None` where it has no label of that family).
 type Families = [Option<Block>; FAMILIES];
+
+/// The blocks one build worker made or met last, by the hash of their labels' text: most of a
+/// target's labels come in runs that the neighbouring groups repeat (a workload's replicas share their
+/// labels, annotations and controller; the targets of one port share their container and port
+/// labels), and a run found here is its block at the cost of hashing and comparing its text, without
+/// a string interned or a shared table's lock taken. NB: interning each string cost ~17 % of a first
+/// sync at `k8s-limits`, most of it the shared tables' locks and cache misses. Direct-mapped: a newer
+/// block takes its slot.
+#[derive(Debug)]
+pub struct Recent {
+    slots: Vec<Option<(u64, Block)>>,
+    hasher: foldhash::fast::FixedState,
+}
+
+impl Default for Recent {
+    /// A worker's cache.
+    fn default() -> Recent {
+        Recent::with_slots(Recent::SLOTS)
+    }
+}
+
+impl Recent {
+    const SLOTS: usize = 4096;
+
+    /// No cache: every run is interned (one-off groups, where a table would cost more than it saves).
+    pub fn none() -> Recent {
+        Recent::with_slots(0)
+    }
+
+    /// A cache for a batch of `groups` groups: a watch event's few groups need a few slots, not the
+    /// 64 KiB a worker's table takes.
+    pub fn for_groups(groups: usize) -> Recent {
+        Recent::with_slots(
+            groups
+                .saturating_mul(16)
+                .next_power_of_two()
+                .clamp(16, Recent::SLOTS),
+        )
+    }
+
+    fn with_slots(n: usize) -> Recent {
+        debug_assert!(n == 0 || n.is_power_of_two());
+        Recent {
+            slots: (0..n).map(|_| None).collect(),
+            hasher: foldhash::fast::FixedState::default(),
+        }
+    }
+
+    fn hash(&self, run: &[(&str, &str)]) -> u64 {
+        let mut h = self.hasher.build_hasher();
+        for (k, v) in run {
+            // 0xff never occurs in UTF-8: the separators keep ("ab", "c") apart from ("a", "bc").
+            h.write(k.as_bytes());
+            h.write_u8(0xff);
+            h.write(v.as_bytes());
+            h.write_u8(0xff);
+        }
+        h.finish()
+    }
+
+    fn slot(&self, hash: u64) -> Option<usize> {
+        (!self.slots.is_empty()).then(|| hash as usize & (self.slots.len() - 1))
+    }
+
+    fn get(&self, hash: u64, run: &[(&str, &str)]) -> Option<Block> {
+        let (h, b) = self.slots[self.slot(hash)?].as_ref()?;
+        let same = *h == hash
+            && b.pairs().len() == run.len()
+            && b.pairs()
+                .iter()
+                .zip(run)
+                .all(|((bk, bv), (k, v))| **bk == **k && **bv == **v);
+        same.then(|| b.clone())
+    }
+
+    fn put(&mut self, hash: u64, b: &Block) {
+        if let Some(i) = self.slot(hash) {
+            self.slots[i] = Some((hash, b.clone()));
+        }
+    }
+}
 
 /// Pods' interned blocks by the address of their shared labels (`SharedTarget::pod`), kept across
 /// the groups one build worker makes from a chunk of work: a pod's labels come once with the pod
@@ -345,7 +446,12 @@ impl Group {
     /// The compact form of `group`. Targets without `__address__` are left out, as Prometheus (and
     /// `herald_core::http_sd_entries`) leave them out.
     pub fn of(group: &TargetGroup, interner: &Interner) -> Group {
-        let labels = interner.blocks(&group.labels, None);
+        Group::of_with(group, interner, &mut Recent::none())
+    }
+
+    /// `of`, with runs of labels met in earlier groups taken from `recent`.
+    pub fn of_with(group: &TargetGroup, interner: &Interner, recent: &mut Recent) -> Group {
+        let labels = interner.blocks(&group.labels, None, recent);
         let targets = group
             .targets
             .iter()
@@ -353,7 +459,7 @@ impl Group {
                 let address = Address::of(t.get(ADDRESS)?, interner);
                 Some(Target {
                     address,
-                    blocks: interner.blocks(t, Some(ADDRESS)),
+                    blocks: interner.blocks(t, Some(ADDRESS), recent),
                 })
             })
             .collect();
@@ -364,24 +470,38 @@ impl Group {
     /// interned once, not once per target (a pod behind a slice is a target per port, and one per
     /// container port the slice does not list). Equal to `Group::of(&group.flatten())`.
     pub fn of_shared(group: &SharedGroup, interner: &Interner) -> Group {
-        Group::of_shared_with(group, interner, &mut PodBlocks::default())
+        Group::of_shared_with(
+            group,
+            interner,
+            &mut PodBlocks::default(),
+            &mut Recent::none(),
+        )
     }
 
-    /// `of_shared`, with the blocks of pods met in earlier groups taken from `pods`.
-    pub fn of_shared_with(group: &SharedGroup, interner: &Interner, pods: &mut PodBlocks) -> Group {
-        let labels = interner.blocks(&group.labels, None);
+    /// `of_shared`, with the blocks of pods met in earlier groups taken from `pods`, and runs of
+    /// labels met in earlier groups from `recent`.
+    pub fn of_shared_with(
+        group: &SharedGroup,
+        interner: &Interner,
+        pods: &mut PodBlocks,
+        recent: &mut Recent,
+    ) -> Group {
+        let labels = interner.blocks(&group.labels, None, recent);
         let targets = group
             .targets
             .iter()
             .filter_map(|t| {
                 let address = Address::of(t.own.get(ADDRESS)?, interner);
-                let mut families = interner.family_blocks(&t.own, Some(ADDRESS));
+                let mut families = interner.family_blocks(&t.own, Some(ADDRESS), recent);
                 if let Some(pod) = &t.pod {
                     let blocks = pods
                         .0
                         .entry(Arc::as_ptr(pod) as usize)
                         .or_insert_with(|| {
-                            (pod.clone(), interner.family_blocks(pod, Some(ADDRESS)))
+                            (
+                                pod.clone(),
+                                interner.family_blocks(pod, Some(ADDRESS), recent),
+                            )
                         })
                         .1
                         .clone();
@@ -793,6 +913,86 @@ mod tests {
         let pod_block =
             |t: &Target| block_with(&t.blocks, "__meta_kubernetes_pod_label_app").clone();
         assert!(pod_block(&shared.targets[0]).ptr_eq(&pod_block(&shared.targets[1])));
+    }
+
+    /// Groups built through a worker's recent blocks are the groups built without them, block for
+    /// block the same allocations, also when the table is small enough for runs to collide and evict
+    /// each other; and a replica's shared runs come from the table.
+    #[test]
+    fn recent_blocks_give_the_blocks_interning_gives() {
+        let interner = Interner::default();
+        let group = |i: usize| {
+            let app = format!("app-{}", i % 7);
+            TargetGroup {
+                source: format!("pod/{i}"),
+                targets: vec![
+                    ls(&[
+                        (
+                            "__address__",
+                            &format!("127.16.{}.{}:80", i / 200, i % 200 + 1),
+                        ),
+                        ("__meta_kubernetes_pod_container_name", "main"),
+                        ("__meta_kubernetes_pod_container_port_number", "80"),
+                        ("__meta_kubernetes_pod_container_id", &format!("cri://{i}")),
+                    ]),
+                    ls(&[
+                        (
+                            "__address__",
+                            &format!("127.16.{}.{}:9090", i / 200, i % 200 + 1),
+                        ),
+                        ("__meta_kubernetes_pod_container_name", "metrics"),
+                        (
+                            "__meta_kubernetes_pod_container_port_number",
+                            &(9090 + i % 3).to_string(),
+                        ),
+                    ]),
+                ],
+                labels: ls(&[
+                    ("__meta_kubernetes_namespace", "default"),
+                    ("__meta_kubernetes_pod_name", &format!("{app}-{i}")),
+                    ("__meta_kubernetes_pod_label_app", &app),
+                    ("__meta_kubernetes_pod_annotation_a", "x"),
+                    ("__meta_kubernetes_node_name", &format!("n{}", i % 3)),
+                ]),
+            }
+        };
+        for slots in [16, Recent::SLOTS] {
+            let mut recent = Recent::with_slots(slots);
+            for i in 0..500 {
+                let g = group(i);
+                let with = Group::of_with(&g, &interner, &mut recent);
+                let without = Group::of(&g, &interner);
+                assert_eq!(with, without, "group {i}, {slots} slots");
+                let blocks = |g: &Group| -> Vec<Block> {
+                    g.labels
+                        .iter()
+                        .chain(g.targets.iter().flat_map(|t| t.blocks.iter()))
+                        .cloned()
+                        .collect()
+                };
+                for (a, b) in blocks(&with).iter().zip(blocks(&without).iter()) {
+                    assert!(a.ptr_eq(b), "group {i}, {slots} slots: {:?}", a.pairs());
+                }
+                for (a, b) in with.targets.iter().zip(without.targets.iter()) {
+                    assert!(Sym::ptr_eq(&a.address.host, &b.address.host));
+                }
+            }
+        }
+        // A replica's pod-wide labels (app, annotation) are found, not interned again.
+        let mut recent = Recent::with_slots(Recent::SLOTS);
+        let a = Group::of_with(&group(0), &interner, &mut recent);
+        let run = [
+            ("__meta_kubernetes_pod_annotation_a", "x"),
+            ("__meta_kubernetes_pod_label_app", "app-0"),
+        ];
+        let found = recent.get(recent.hash(&run), &run).expect("in the table");
+        assert!(found.ptr_eq(block_with(&a.labels, "__meta_kubernetes_pod_label_app")));
+        // Text that differs only in where a label's name ends is another run.
+        let other = [
+            ("__meta_kubernetes_pod_annotation_ax", ""),
+            ("__meta_kubernetes_pod_label_app", "app-0"),
+        ];
+        assert!(recent.get(recent.hash(&other), &other).is_none());
     }
 
     #[test]

@@ -12,7 +12,7 @@ use herald_core::{Role, SharedGroup, TargetGroup};
 use crate::cluster::{
     Cluster, Decoded, Dependency, JobLookup, Object, ObjectKey, StoredObject, WatchKind,
 };
-use crate::compact::{Group, Interner, PodBlocks};
+use crate::compact::{Group, Interner, PodBlocks, Recent};
 use crate::filter::JobSpec;
 use crate::snapshot::Groups;
 
@@ -368,8 +368,9 @@ impl Index {
         let chunks: Vec<&[(ObjectKey, usize)]> = work.chunks(BUILD_CHUNK).collect();
         let workers = build_workers(work.len());
         if workers == 0 {
+            let mut recent = Recent::for_groups(work.len());
             for chunk in chunks {
-                build_chunk(cluster, specs, shared, chunk)
+                build_chunk(cluster, specs, shared, chunk, &mut recent)
                     .into_iter()
                     .for_each(&mut store);
             }
@@ -380,8 +381,10 @@ impl Index {
                 for _ in 0..workers {
                     let (tx, next, chunks) = (tx.clone(), &next, &chunks);
                     let worker = move || {
+                        let mut recent = Recent::default();
                         while let Some(chunk) = chunks.get(next.fetch_add(1, Ordering::Relaxed)) {
-                            if tx.send(build_chunk(cluster, specs, shared, chunk)).is_err() {
+                            let built = build_chunk(cluster, specs, shared, chunk, &mut recent);
+                            if tx.send(built).is_err() {
                                 break;
                             }
                         }
@@ -397,8 +400,9 @@ impl Index {
                 rx.into_iter().flatten().for_each(&mut store);
             });
             // A worker that could not start left its chunks to the others; if none started, build here.
+            let mut recent = Recent::default();
             for chunk in chunks.get(next.into_inner()..).unwrap_or_default() {
-                build_chunk(cluster, specs, shared, chunk)
+                build_chunk(cluster, specs, shared, chunk, &mut recent)
                     .into_iter()
                     .for_each(&mut store);
             }
@@ -445,6 +449,7 @@ fn build_chunk(
     specs: &[JobSpec],
     interner: &Interner,
     chunk: &[(ObjectKey, usize)],
+    recent: &mut Recent,
 ) -> Vec<Built> {
     let decoded = Decoded::new(cluster);
     let mut pods = PodBlocks::default();
@@ -460,8 +465,10 @@ fn build_chunk(
                 .map(|obj| {
                     let lookup = JobLookup::new(&decoded, &spec.filter);
                     let group = match core_group(spec, obj, &lookup) {
-                        CoreGroup::Plain(g) => Group::of(&g, interner),
-                        CoreGroup::Shared(g) => Group::of_shared_with(&g, interner, &mut pods),
+                        CoreGroup::Plain(g) => Group::of_with(&g, interner, recent),
+                        CoreGroup::Shared(g) => {
+                            Group::of_shared_with(&g, interner, &mut pods, recent)
+                        }
                     };
                     (group, lookup.into_dependencies())
                 });
