@@ -115,8 +115,8 @@ pub struct Event {
     pub ty: EventType,
     pub obj: Arc<Entry>,
     pub prev: Option<Arc<Entry>>,
-    /// `{"type":...,"object":...}\n`, encoded once and shared by every watcher while the event is
-    /// recent (`recent::Recent`).
+    /// `{"type":...,"object":...}\n`, encoded by the first JSON watcher that needs it and shared by
+    /// every other while the event is recent (`recent::Recent`).
     pub line: Encoded,
     /// The protobuf watch frame, encoded the first time a protobuf watcher needs it and shared
     /// while the event is recent.
@@ -124,6 +124,11 @@ pub struct Event {
 }
 
 impl Event {
+    /// The length of the event's JSON watch line, built or not.
+    pub fn line_len(&self) -> usize {
+        event_line_len(self.ty.as_str(), self.obj.bytes.len())
+    }
+
     /// The event's JSON watch line (see `line`).
     pub fn line(&self) -> Bytes {
         self.line
@@ -139,9 +144,14 @@ impl Event {
     }
 }
 
+/// The length of `event_line(ty, object)` for an object of `object_len` bytes.
+fn event_line_len(ty: &str, object_len: usize) -> usize {
+    br#"{"type":""#.len() + ty.len() + br#"","object":"#.len() + object_len + b"}\n".len()
+}
+
 /// A watch event line: `{"type":"<ty>","object":<object>}\n`.
 pub fn event_line(ty: &str, object: &[u8]) -> Bytes {
-    let mut line = Vec::with_capacity(object.len() + 32);
+    let mut line = Vec::with_capacity(event_line_len(ty, object.len()));
     line.extend_from_slice(b"{\"type\":\"");
     line.extend_from_slice(ty.as_bytes());
     line.extend_from_slice(b"\",\"object\":");
@@ -425,17 +435,18 @@ impl ResourceLog {
     }
 
     fn record(&mut self, ty: EventType, obj: Arc<Entry>, prev: Option<Arc<Entry>>) {
-        // NB: the one decompression of an event's object: every watcher shares the line.
-        let line = event_line(ty.as_str(), &obj.bytes.get());
-        let line_len = line.len();
+        // NB: the line is built by the first JSON watcher that sends the event, and shared by the
+        // others while the event is recent: built here, it cost a decompression and a copy of every
+        // event's object where nobody watches in JSON (protobuf watchers, or none at all).
         let event = Arc::new(Event {
             rv: obj.rv,
             ty,
             obj,
             prev,
-            line: Encoded::held(line),
+            line: Encoded::default(),
             frame: Encoded::default(),
         });
+        let line_len = event.line_len();
         if let Some(index) = &mut self.by_indexed {
             for v in event_values(&event) {
                 let at = value_index(index, v, self.horizon);

@@ -36,11 +36,6 @@ enum Slot {
 }
 
 impl Encoded {
-    /// An encoding built at once.
-    pub fn held(bytes: Bytes) -> Encoded {
-        Encoded(Mutex::new(Slot::Held(bytes)))
-    }
-
     /// The encoding: the held one, else `make`'s (kept unless the event is no longer recent).
     /// NB: `make` runs under the slot's lock while the event is recent, so concurrent readers wait
     /// for one build rather than each building it.
@@ -74,18 +69,12 @@ impl Encoded {
         )
     }
 
-    /// Drops the held encoding, if any, and keeps none from now on; returns the bytes dropped.
-    fn release(&self) -> usize {
-        let mut slot = self
+    /// Drops the held encoding, if any, and keeps none from now on.
+    fn release(&self) {
+        *self
             .0
             .lock()
-            .expect("no code panics holding an encoding's lock");
-        let n = match &*slot {
-            Slot::Held(b) => b.len(),
-            _ => 0,
-        };
-        *slot = Slot::Released;
-        n
+            .expect("no code panics holding an encoding's lock") = Slot::Released;
     }
 }
 
@@ -109,19 +98,20 @@ impl Recent {
         }
     }
 
-    /// Bytes of JSON lines held now.
+    /// Bytes of the recent events' JSON lines: what they hold once JSON watchers have read them.
     pub fn held(&self) -> usize {
         self.held
     }
 
-    /// `history`'s newest event was just pushed, holding a line of `line_len` bytes: releases the
-    /// oldest held events until the lines fit the budget again.
+    /// `history`'s newest event was just pushed, whose line (built or not yet) is `line_len` bytes:
+    /// releases the oldest recent events until their lines fit the budget again.
     pub fn pushed(&mut self, history: &VecDeque<Arc<Event>>, line_len: usize) {
         self.held += line_len;
         while self.held > self.budget && self.from + 1 < history.len() {
             let ev = &history[self.from];
-            self.held -= ev.line.release();
+            ev.line.release();
             ev.frame.release();
+            self.held -= ev.line_len();
             self.from += 1;
         }
     }
@@ -131,8 +121,9 @@ impl Recent {
         if self.from > 0 {
             self.from -= 1;
         } else {
-            self.held -= ev.line.release();
+            ev.line.release();
             ev.frame.release();
+            self.held -= ev.line_len();
         }
     }
 
@@ -191,6 +182,12 @@ mod tests {
                 log.remove(mk_entry(&format!("o{}", i % 7), rv));
             }
             let events = log.events_after(log.horizon()).expect("in window");
+            let newest = events.last().expect("an event");
+            assert!(!newest.line.is_held(), "no line is built before it is read");
+            // Every watcher reads every event: the recent ones keep what they built.
+            for e in &events {
+                e.line();
+            }
             let held: Vec<_> = events.iter().filter(|e| e.line.is_held()).collect();
             // The held ones are the newest, their bytes are what the log counts, within budget.
             let newest = &events[events.len() - held.len()..];
