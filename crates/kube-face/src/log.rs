@@ -62,13 +62,32 @@ impl Entry {
         self.bytes.append_proto(self.held_proto(msg), out);
     }
 
+    /// `proto`, for a caller that uses it once (a watch event's frame): when this call is the one
+    /// that encodes it, the encoding itself rather than an expansion of what it was just packed
+    /// into (one decompression less per event, the event's object being a new version).
+    pub fn proto_once(&self, msg: crate::proto::MsgId) -> Cow<'_, [u8]> {
+        let mut fresh = None;
+        let held = self.proto.get_or_init(|| {
+            let raw = self.encode_proto(msg);
+            let held = self.bytes.pack_proto(raw.clone());
+            fresh = Some(raw);
+            held
+        });
+        match fresh {
+            Some(raw) => Cow::Owned(raw),
+            None => self.bytes.proto(held),
+        }
+    }
+
     fn held_proto(&self, msg: crate::proto::MsgId) -> &Proto {
-        self.proto.get_or_init(|| {
-            crate::proto::count_encoded();
-            let json = self.bytes.get();
-            let raw = crate::proto::schema().encode(msg, &json);
-            self.bytes.pack_proto(raw)
-        })
+        self.proto
+            .get_or_init(|| self.bytes.pack_proto(self.encode_proto(msg)))
+    }
+
+    fn encode_proto(&self, msg: crate::proto::MsgId) -> Vec<u8> {
+        crate::proto::count_encoded();
+        let json = self.bytes.get();
+        crate::proto::schema().encode(msg, &json)
     }
 
     pub fn namespace(&self) -> &str {
@@ -138,7 +157,7 @@ impl Event {
     /// The event's protobuf watch frame (`proto::watch_frame` of the enveloped object).
     pub fn frame(&self, msg: crate::proto::MsgId, api_version: &str, kind: &str) -> Bytes {
         self.frame.get_or(|| {
-            let obj = crate::proto::envelope(api_version, kind, &self.obj.proto(msg));
+            let obj = crate::proto::envelope(api_version, kind, &self.obj.proto_once(msg));
             crate::proto::watch_frame(self.ty.as_str(), &obj)
         })
     }

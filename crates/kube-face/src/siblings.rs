@@ -263,6 +263,34 @@ mod tests {
         assert_eq!(h.held_len(), e.len());
     }
 
+    /// A watch frame's one use of an entry's protobuf gives the bytes every other reader gets,
+    /// whether it is the use that encodes them (the donor, a packed member) or a later one.
+    #[test]
+    fn an_entry_s_protobuf_for_one_use_is_its_protobuf() {
+        let schema = crate::proto::schema();
+        let pod_msg = schema.kind("v1", "Pod").expect("Pod is in the schema");
+        let s = Siblings::new();
+        for i in 0..3 {
+            let name = format!("web-7d9f8c6b5-{i:05}");
+            let raw = pod(&name, &format!("10.0.0.{i}"));
+            let entry = crate::log::Entry {
+                key: ("ns".into(), name.clone()),
+                rv: 1,
+                labels: crate::packed::Labels::new(),
+                fields: crate::packed::Fields::default(),
+                uid_hash: 0,
+                bytes: s.compress(&("ns".into(), name), &raw),
+                proto: Default::default(),
+            };
+            let expected = schema.encode(pod_msg, &raw);
+            let before = crate::proto::encoded_total();
+            assert_eq!(&*entry.proto_once(pod_msg), &expected[..], "pod {i}, encoding");
+            assert_eq!(&*entry.proto_once(pod_msg), &expected[..], "pod {i}, held");
+            assert_eq!(&*entry.proto(pod_msg), &expected[..], "pod {i}");
+            assert!(crate::proto::encoded_total() > before, "encoded by the first use");
+        }
+    }
+
     #[test]
     fn a_member_unlike_its_base_starts_a_new_one_and_both_read_back() {
         let s = Siblings::new();
