@@ -43,9 +43,10 @@ pub struct HotMetrics {
     /// Bytes reserved for the hot bodies' forms (each form's length: identity or gzip).
     pub held: Gauge,
     pub budget: Gauge,
-    /// Bodies that became hot.
+    /// Body forms that became hot (a body's identity and gzip forms count apart).
     pub admitted: Counter,
-    /// Identity responses sent from a hot body.
+    /// Responses sent from a hot form: identity from its shared expanded blocks, gzip as its one
+    /// joined frame.
     pub responses: Counter,
 }
 

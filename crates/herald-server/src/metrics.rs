@@ -277,12 +277,12 @@ impl Metrics {
         );
         r.register(
             "sd_hot_bodies_admitted",
-            "HTTP SD bodies that became hot: sent again within the window, held expanded while asked for",
+            "HTTP SD body forms (identity, gzip) that became hot: sent again within the window, held expanded or joined while asked for",
             self.bodies.hot.admitted.clone(),
         );
         r.register(
             "sd_hot_body_responses",
-            "HTTP SD identity responses sent from a hot body's shared expanded blocks",
+            "HTTP SD responses sent from a hot body form: identity from its shared expanded blocks, gzip as one joined frame",
             self.bodies.hot.responses.clone(),
         );
         r.register(
