@@ -284,10 +284,17 @@ mod tests {
             };
             let expected = schema.encode(pod_msg, &raw);
             let before = crate::proto::encoded_total();
-            assert_eq!(&*entry.proto_once(pod_msg), &expected[..], "pod {i}, encoding");
+            assert_eq!(
+                &*entry.proto_once(pod_msg),
+                &expected[..],
+                "pod {i}, encoding"
+            );
             assert_eq!(&*entry.proto_once(pod_msg), &expected[..], "pod {i}, held");
             assert_eq!(&*entry.proto(pod_msg), &expected[..], "pod {i}");
-            assert!(crate::proto::encoded_total() > before, "encoded by the first use");
+            assert!(
+                crate::proto::encoded_total() > before,
+                "encoded by the first use"
+            );
         }
     }
 
