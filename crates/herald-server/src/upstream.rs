@@ -895,14 +895,7 @@ mod tests {
             ],
         )
         .await;
-        let cfg = herald_core::parse_config("jobs:\n- name: pods\n  role: pod\n").expect("valid");
-        let shared = Shared::with_kube_api(
-            crate::serve::job_specs(&cfg, None).expect("valid"),
-            crate::state::KubeApiOptions::default(),
-        );
-        let client = client(kube::Config::new(url.parse().expect("url")), "test").expect("client");
-        let stop = CancellationToken::new();
-        let tasks = spawn(client, shared.clone(), false, stop.clone());
+        let (shared, stop, tasks) = pod_feed(&url, false).await;
         let r = shared.cache.id_of(WatchKind::Pod).expect("pods cached");
         for _ in 0..100 {
             if shared.cache.resource_version(r) >= 20 {
@@ -999,7 +992,11 @@ mod tests {
         json!({"type": "BOOKMARK", "object": {"kind": "Pod", "apiVersion": "v1", "metadata": meta}})
     }
 
-    async fn streaming_feed(url: &str) -> (Arc<Shared>, CancellationToken, Vec<JoinHandle<()>>) {
+    /// A herald with a pod job fed from `url`, by streaming lists or by list+watch.
+    async fn pod_feed(
+        url: &str,
+        streaming: bool,
+    ) -> (Arc<Shared>, CancellationToken, Vec<JoinHandle<()>>) {
         let cfg = herald_core::parse_config("jobs:\n- name: pods\n  role: pod\n").expect("valid");
         let shared = Shared::with_kube_api(
             crate::serve::job_specs(&cfg, None).expect("valid"),
@@ -1007,7 +1004,7 @@ mod tests {
         );
         let client = client(kube::Config::new(url.parse().expect("url")), "test").expect("client");
         let stop = CancellationToken::new();
-        let tasks = spawn(client, shared.clone(), true, stop.clone());
+        let tasks = spawn(client, shared.clone(), streaming, stop.clone());
         (shared, stop, tasks)
     }
 
@@ -1044,7 +1041,7 @@ mod tests {
         );
         lines.push(bookmark(5000, true));
         let (url, _) = fake_streaming(vec![(lines, true)]).await;
-        let (shared, stop, tasks) = streaming_feed(&url).await;
+        let (shared, stop, tasks) = pod_feed(&url, true).await;
         wait_ready(&shared).await;
         let r = shared.cache.id_of(WatchKind::Pod).expect("pods cached");
         assert_eq!(shared.cache.resource_version(r), 5000);
@@ -1082,7 +1079,7 @@ mod tests {
         let mut whole: Vec<_> = (0..8).map(added).collect();
         whole.push(bookmark(40, true));
         let (url, queries) = fake_streaming(vec![(cut, false), (whole, true)]).await;
-        let (shared, stop, tasks) = streaming_feed(&url).await;
+        let (shared, stop, tasks) = pod_feed(&url, true).await;
         wait_ready(&shared).await;
         let r = shared.cache.id_of(WatchKind::Pod).expect("pods cached");
         assert_eq!(shared.cache.len(r), 8);
