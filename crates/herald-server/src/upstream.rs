@@ -438,14 +438,15 @@ impl Feed {
     }
 
     /// A paged LIST; on success the state is swapped in and a watch from its version comes next.
-    async fn list(&self) -> Outcome {
+    /// Each page's objects are ingested as a streaming list's are (`Initial`): on every core, while
+    /// the next page is fetched.
+    async fn list(self: &Arc<Self>) -> Outcome {
         self.shared
             .metrics
             .upstream_relists
             .get_or_create(&self.labels())
             .inc();
-        let mut entries = Vec::new();
-        let mut keep = Vec::new();
+        let mut initial = Initial::default();
         let mut token: Option<String> = None;
         let rv = loop {
             let mut url = format!("{}?limit={PAGE_SIZE}", self.path());
@@ -472,18 +473,15 @@ impl Feed {
                 Err(e) => return Outcome::Failed(Phase::List, format!("list {url}: {e}")),
             };
             for item in page.items {
-                self.count("relist_object");
-                if item.get().len() > self.shared.max_object_bytes() {
-                    self.oversized(item.get().len());
-                    keep.extend(self.key_of(item.get().as_bytes()));
+                let raw = item.get().as_bytes();
+                if raw.len() > self.shared.max_object_bytes() {
+                    self.count("relist_object");
+                    self.oversized(raw.len());
+                    initial.keep.extend(self.key_of(raw));
                     continue;
                 }
-                match self.ingest(item.get().as_bytes()) {
-                    Ok(e) => entries.push(e),
-                    Err(why) => {
-                        self.malformed(&why);
-                        keep.extend(self.key_of(item.get().as_bytes()));
-                    }
+                if let Err(why) = initial.add(self, raw).await {
+                    return Outcome::Failed(Phase::List, why);
                 }
             }
             match page.metadata.continue_token.filter(|t| !t.is_empty()) {
@@ -497,8 +495,13 @@ impl Feed {
                 format!("list resourceVersion {rv:?} is not an unsigned integer"),
             );
         };
-        self.swap(rv, entries, keep);
-        Outcome::Next(Phase::Watch(rv))
+        match initial.finish(self).await {
+            Ok((entries, keep)) => {
+                self.swap(rv, entries, keep);
+                Outcome::Next(Phase::Watch(rv))
+            }
+            Err(why) => Outcome::Failed(Phase::List, why),
+        }
     }
 
     /// A watch from `from`, or (None) a streaming list: a watch with `sendInitialEvents=true` whose
@@ -698,12 +701,13 @@ impl Feed {
     }
 }
 
-/// The initial events of a streaming list, ingested off the feed's thread. Reading the stream and
-/// splitting it into events is a fraction of what ingesting an object costs (its head, its slim
-/// projection, its compression against its siblings): ingested in line on the one upstream thread,
-/// the 150,000 pods of `k8s-limits` kept one core busy for ~5 s while the other waited for the list
-/// to end to build groups. So objects are gathered into batches, each batch is ingested on the
-/// blocking pool while the stream is read on, and results are taken back in the order they came.
+/// The objects of a list — a streaming list's initial events, or a paged LIST's items — ingested
+/// off the feed's thread. Reading the stream and splitting it into objects is a fraction of what
+/// ingesting an object costs (its head, its slim projection, its compression against its siblings):
+/// ingested in line on the one upstream thread, the 150,000 pods of `k8s-limits` kept one core busy
+/// for ~5 s while the other waited for the list to end to build groups. So objects are gathered into
+/// batches, each batch is ingested on the blocking pool while the stream (or the next page) is read,
+/// and results are taken back in the order they came.
 #[derive(Default)]
 struct Initial {
     entries: Vec<Ingested>,
@@ -735,6 +739,7 @@ impl Initial {
     }
 
     async fn add(&mut self, feed: &Arc<Feed>, raw: &[u8]) -> Result<(), String> {
+        feed.count("relist_object");
         let at = self.batch.bytes.len();
         self.batch.bytes.extend_from_slice(raw);
         self.batch.items.push(at..at + raw.len());
@@ -777,10 +782,7 @@ impl Initial {
             .map_err(|e| format!("ingesting the initial events: {e}"))?;
         for item in done {
             match item {
-                Ok(entry) => {
-                    feed.count("relist_object");
-                    self.entries.push(entry);
-                }
+                Ok(entry) => self.entries.push(entry),
                 Err(Refused(why, key)) => {
                     feed.malformed(&why);
                     self.keep.extend(key);
@@ -1064,6 +1066,114 @@ mod tests {
             .get_or_create(&Metrics::kind("pods"))
             .get();
         assert_eq!(malformed, 1);
+        stop.cancel();
+        for t in tasks {
+            t.await.expect("feed stops");
+        }
+    }
+
+    /// A scripted paged upstream: LIST answers `page` items at a time from `items` with continue
+    /// tokens (the offset of the next page), as the apiserver pages with `limit`; a watch holds open.
+    async fn fake_paged(
+        items: Vec<serde_json::Value>,
+        page: usize,
+    ) -> (String, Arc<std::sync::Mutex<Vec<String>>>) {
+        let queries = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let seen = queries.clone();
+        let app = axum::Router::new().route(
+            "/api/v1/pods",
+            get(move |RawQuery(q): RawQuery| {
+                let (items, seen) = (items.clone(), seen.clone());
+                async move {
+                    let q = q.unwrap_or_default();
+                    seen.lock().expect("lock").push(q.clone());
+                    if q.contains("watch=true") {
+                        return axum::body::Body::from_stream(futures::stream::pending::<
+                            Result<String, std::io::Error>,
+                        >());
+                    }
+                    let from: usize = q
+                        .split('&')
+                        .find_map(|kv| kv.strip_prefix("continue="))
+                        .map_or(0, |t| t.parse().expect("a token this upstream gave"));
+                    let to = (from + page).min(items.len());
+                    let token = if to < items.len() {
+                        to.to_string()
+                    } else {
+                        String::new()
+                    };
+                    axum::body::Body::from(
+                        json!({"kind": "PodList", "apiVersion": "v1",
+                               "metadata": {"resourceVersion": "7000", "continue": token},
+                               "items": items[from..to]})
+                        .to_string(),
+                    )
+                }
+            }),
+        );
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        tokio::spawn(async move { axum::serve(listener, app).await.expect("serve") });
+        (format!("http://{addr}"), queries)
+    }
+
+    /// A paged LIST's items are ingested in batches across pages, as a streaming list's are: the
+    /// list applied is every object in order, less those that could not be ingested, whose count
+    /// and whose place in the received-objects metric are those of a streaming list.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn paged_list_ingested_in_batches_is_the_list_given() {
+        let n = 3 * Initial::BATCH_ITEMS + 17;
+        let mut items: Vec<serde_json::Value> = (0..n)
+            .map(|i| {
+                let ip = format!("127.16.{}.{}", i / 250, i % 250 + 1);
+                mk_pod(&format!("p{i:04}"), 100 + i as u64, &ip)
+            })
+            .collect();
+        items.insert(300, mk_malformed_pod("bad", 99));
+        let (url, queries) = fake_paged(items, 200).await;
+        let (shared, stop, tasks) = pod_feed(&url, false).await;
+        wait_ready(&shared).await;
+        let r = shared.cache.id_of(WatchKind::Pod).expect("pods cached");
+        assert_eq!(shared.cache.resource_version(r), 7000);
+        assert_eq!(shared.cache.len(r), n, "every pod");
+        {
+            let read = shared.cache.read(r);
+            assert!(read.get_parts("default", "bad").is_none(), "malformed");
+            for i in [0, 199, 200, 255, 256, 511, n - 1] {
+                let e = read
+                    .get_parts("default", &format!("p{i:04}"))
+                    .unwrap_or_else(|| panic!("p{i:04} listed"));
+                assert_eq!(e.rv, 100 + i as u64);
+            }
+        }
+        assert_eq!(shared.job_counts(0).1, n, "one target per pod");
+        let metrics = &shared.metrics;
+        assert_eq!(
+            metrics
+                .upstream_malformed
+                .get_or_create(&Metrics::kind("pods"))
+                .get(),
+            1
+        );
+        let received = metrics
+            .upstream_events
+            .get_or_create(&EventLabels {
+                kind: "pods".into(),
+                event: "relist_object".into(),
+            })
+            .get();
+        assert_eq!(received, n as u64 + 1, "every object received is counted");
+        let lists: Vec<String> = queries
+            .lock()
+            .expect("lock")
+            .iter()
+            .filter(|q| !q.contains("watch=true"))
+            .cloned()
+            .collect();
+        assert_eq!(lists.len(), (n + 1).div_ceil(200), "one request per page");
+        assert!(lists[1].contains("continue=200"), "{lists:?}");
         stop.cancel();
         for t in tasks {
             t.await.expect("feed stops");
