@@ -228,8 +228,9 @@ impl Interner {
             if run.is_empty() {
                 return None;
             }
-            let hash = recent.hash(&run);
-            if let Some(b) = recent.get(hash, &run) {
+            // A table without slots (`Recent::none`) is not worth the hash.
+            let hash = recent.is_on().then(|| recent.hash(&run));
+            if let Some(b) = hash.and_then(|h| recent.get(h, &run)) {
                 return Some(b);
             }
             let pairs: Vec<(Sym, Sym)> = run
@@ -237,7 +238,9 @@ impl Interner {
                 .map(|(k, v)| (self.sym(k), self.sym(v)))
                 .collect();
             let b = self.block(&pairs);
-            recent.put(hash, &b);
+            if let Some(h) = hash {
+                recent.put(h, &b);
+            }
             Some(b)
         })
     }
@@ -337,6 +340,11 @@ impl Recent {
             slots: (0..n).map(|_| None).collect(),
             hasher: foldhash::fast::FixedState::default(),
         }
+    }
+
+    /// Whether the table has slots to look in.
+    fn is_on(&self) -> bool {
+        !self.slots.is_empty()
     }
 
     fn hash(&self, run: &[(&str, &str)]) -> u64 {
