@@ -310,14 +310,23 @@ impl GzipForm {
 #[derive(Debug)]
 pub struct Sending {
     body: Arc<Encoded>,
-    gzip: Option<Arc<GzipForm>>,
-    /// The body's blocks expanded once and shared, while it is hot (`hot::HotBodies`).
-    hot: Option<Arc<Expanded>>,
-    /// The whole response in one buffer, sent as the only frame (a hot body's gzip form).
-    whole: Option<Bytes>,
-    /// 0: the head, 1..=blocks: a block, blocks + 1: the tail, beyond: done.
+    form: Form,
+    /// 0: the head, 1..=blocks: a block, blocks + 1: the tail, beyond: done (`Form::Whole`: 0, the
+    /// whole response, beyond: done).
     next: usize,
     remaining: u64,
+}
+
+/// Which bytes a response sends of its body.
+#[derive(Debug)]
+enum Form {
+    /// Each block expanded: by this response, or (`Some`) once and shared while the body is hot
+    /// (`hot::HotBodies`).
+    Identity(Option<Arc<Expanded>>),
+    /// Each block's deflated form, between the gzip form's head and tail.
+    Gzip(Arc<GzipForm>),
+    /// The whole response in one buffer, sent as the only frame (a hot body's gzip form).
+    Whole(Bytes),
 }
 
 impl Sending {
@@ -326,9 +335,7 @@ impl Sending {
         Sending {
             remaining: body.len() as u64,
             body,
-            gzip: None,
-            hot,
-            whole: None,
+            form: Form::Identity(hot),
             next: 0,
         }
     }
@@ -337,9 +344,7 @@ impl Sending {
         Sending {
             remaining: gzip.len() as u64,
             body,
-            gzip: Some(gzip),
-            hot: None,
-            whole: None,
+            form: Form::Gzip(gzip),
             next: 0,
         }
     }
@@ -350,35 +355,29 @@ impl Sending {
         Sending {
             remaining: whole.len() as u64,
             body,
-            gzip: None,
-            hot: None,
-            whole: Some(whole),
+            form: Form::Whole(whole),
             next: 0,
         }
     }
 
     fn piece(&self, i: usize) -> Option<Bytes> {
-        if let Some(whole) = &self.whole {
-            return (i == 0).then(|| whole.clone());
-        }
         let blocks = self.body.blocks();
-        if i == 0 {
-            return Some(match &self.gzip {
-                Some(g) => g.head.clone(),
-                None => Bytes::from_static(b"["),
-            });
+        match &self.form {
+            Form::Whole(whole) => (i == 0).then(|| whole.clone()),
+            Form::Gzip(g) => match i {
+                0 => Some(g.head.clone()),
+                i if i <= blocks.len() => Some(blocks[i - 1].deflated().bytes.clone()),
+                i => (i == blocks.len() + 1).then(|| g.tail.clone()),
+            },
+            Form::Identity(hot) => match i {
+                0 => Some(Bytes::from_static(b"[")),
+                i if i <= blocks.len() => Some(match hot {
+                    Some(hot) => hot.block(i - 1, &blocks[i - 1]),
+                    None => blocks[i - 1].expand(),
+                }),
+                i => (i == blocks.len() + 1).then(|| Bytes::from_static(b"]")),
+            },
         }
-        if let Some(b) = blocks.get(i - 1) {
-            return Some(match (&self.gzip, &self.hot) {
-                (Some(_), _) => b.deflated().bytes.clone(),
-                (None, Some(hot)) => hot.block(i - 1, b),
-                (None, None) => b.expand(),
-            });
-        }
-        (i == blocks.len() + 1).then(|| match &self.gzip {
-            Some(g) => g.tail.clone(),
-            None => Bytes::from_static(b"]"),
-        })
     }
 }
 
@@ -404,9 +403,9 @@ impl http_body::Body for Sending {
     }
 
     fn is_end_stream(&self) -> bool {
-        match self.whole {
-            Some(_) => self.next > 0,
-            None => self.next > self.body.blocks().len() + 1,
+        match self.form {
+            Form::Whole(_) => self.next > 0,
+            _ => self.next > self.body.blocks().len() + 1,
         }
     }
 
