@@ -13,7 +13,9 @@ mod simulate;
 
 use clap::Parser;
 
-// mimalloc, for herald's many small short-lived allocations (see herald-alloc).
+// mimalloc, for herald's many small short-lived allocations (see herald-alloc); the system's with
+// the `system-alloc` feature, for heap profiles.
+#[cfg(not(feature = "system-alloc"))]
 #[global_allocator]
 static GLOBAL: herald_alloc::MiMalloc = herald_alloc::MiMalloc;
 
