@@ -97,6 +97,19 @@ fn bench_run_quick_writes_every_section() {
             "{p}"
         );
     }
+    // At the main scale herald also syncs by paged LISTs: the same targets as by streaming lists.
+    let main = points
+        .iter()
+        .find(|p| p["herald_paged"]["median"]["sync_seconds"].is_number())
+        .expect("a point with paged-LIST runs (the main scale)");
+    assert!(
+        main["herald"]["median"]["targets"].as_f64() > Some(0.0),
+        "{main}"
+    );
+    assert_eq!(
+        main["herald_paged"]["median"]["targets"], main["herald"]["median"]["targets"],
+        "paged and streaming lists give the same targets: {main}"
+    );
     for (key, rows) in [
         ("control", "rows"),
         ("serving", "rows"),
@@ -120,6 +133,7 @@ fn bench_run_quick_writes_every_section() {
     ] {
         assert!(md.contains(heading), "RESULTS.md lacks {heading:?}:\n{md}");
     }
+    assert!(md.contains("| herald, paged LIST |"), "{md}");
     assert!(!md.contains("Not run yet"), "{md}");
     let svg =
         std::fs::read_to_string(out.path().join("discovery-scaling.svg")).expect("SVG written");

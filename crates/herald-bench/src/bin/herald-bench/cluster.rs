@@ -118,18 +118,19 @@ impl Env {
         dir: &Path,
     ) -> anyhow::Result<(Proc, String, Option<String>)> {
         let kube_listen = kube_api.then_some("127.0.0.1:0");
-        self.start_herald_at(sim_url, jobs_yaml, "127.0.0.1:0", kube_listen, dir)
+        self.start_herald_at(sim_url, jobs_yaml, "127.0.0.1:0", kube_listen, &[], dir)
             .await
     }
 
-    /// herald with `jobs_yaml` serving on `listen` (and the Kubernetes API on `kube_listen`); as
-    /// [`Env::start_herald`].
+    /// herald with `jobs_yaml` serving on `listen` (and the Kubernetes API on `kube_listen`), with
+    /// `extra` arguments to `herald serve`; as [`Env::start_herald`].
     pub async fn start_herald_at(
         &self,
         sim_url: &str,
         jobs_yaml: &str,
         listen: &str,
         kube_listen: Option<&str>,
+        extra: &[&str],
         dir: &Path,
     ) -> anyhow::Result<(Proc, String, Option<String>)> {
         let config = dir.join("herald.yaml");
@@ -152,6 +153,7 @@ impl Env {
             ]);
             wanted.push("kubernetes API on");
         }
+        args.extend(extra.iter().map(|a| a.to_string()));
         let (p, found) =
             Proc::start("herald", &self.herald, &args, dir, &self.child_log, &wanted).await?;
         Ok((p, found[0].clone(), found.get(1).cloned()))

@@ -2,7 +2,9 @@
 //! kube-sim cluster (jobs `pod` and `endpointslice`), at several scales of a preset: time to the first
 //! complete sync, RSS after it, CPU seconds, bytes taken from kube-sim.
 //!
-//! herald is synced when `/readyz` answers (every job's targets built). vmagent is synced when its
+//! herald is synced when `/readyz` answers (every job's targets built); at the main scale it also
+//! runs with `--initial-list list`, as against an apiserver without streaming lists (before 1.32, or
+//! WatchList off), so both of its list paths are measured. vmagent is synced when its
 //! informers hold every pod, EndpointSlice and Service of the cluster
 //! (`vm_promscrape_discovery_kubernetes_objects`); it builds targets from them lazily afterwards,
 //! which the CPU seconds (read 2 s after the sync) partly include.
@@ -133,11 +135,18 @@ async fn measure_scale(
         sim.generate_seconds
     );
     let mut herald_runs = Vec::new();
+    let mut paged_runs = Vec::new();
     let mut vm_runs = Vec::new();
+    let main = (spec.scale - plan.main_scale).abs() < 1e-9;
     for run in 1..=runs {
-        let h = herald_once(env, plan, &sim.url, &dir, run).await?;
+        let h = herald_once(env, plan, &sim.url, &dir, run, &[]).await?;
         eprintln!("  herald run {run}: {h}");
         herald_runs.push(h);
+        if main {
+            let h = herald_once(env, plan, &sim.url, &dir, run, &PAGED).await?;
+            eprintln!("  herald (paged LIST) run {run}: {h}");
+            paged_runs.push(h);
+        }
         if env.vmagent.is_some() {
             let v = vmagent_once(env, plan, &sim.url, want, &dir, run).await?;
             eprintln!("  vmagent run {run}: {v}");
@@ -171,6 +180,7 @@ async fn measure_scale(
         "objects": objects,
         "kube_sim": {"generate_seconds": sim.generate_seconds, "rss_mib": sim_rss, "peak_rss_mib": sim_peak},
         "herald": summary(&herald_runs),
+        "herald_paged": summary(&paged_runs),
         "vmagent": summary(&vm_runs),
     }))
 }
@@ -180,19 +190,24 @@ async fn upstream(env: &Env, sim: &str, ua: &str) -> anyhow::Result<f64> {
     Ok(SimLoad::of(&stats, |u| u.starts_with(ua)).bytes)
 }
 
+/// herald's arguments for lists by pages (`Feed::list`) instead of a streaming list.
+const PAGED: [&str; 2] = ["--initial-list", "list"];
+
 async fn herald_once(
     env: &Env,
     plan: &Plan,
     sim: &str,
     dir: &std::path::Path,
     run: usize,
+    extra: &[&str],
 ) -> anyhow::Result<Value> {
     let bytes0 = upstream(env, sim, HERALD_UA).await?;
     let t = Instant::now();
-    let run_dir = dir.join(format!("herald-{run}"));
+    let paged = if extra.is_empty() { "" } else { "-paged" };
+    let run_dir = dir.join(format!("herald{paged}-{run}"));
     std::fs::create_dir_all(&run_dir)?;
     let (p, url, _) = env
-        .start_herald(sim, &herald_jobs(""), false, &run_dir)
+        .start_herald_at(sim, &herald_jobs(""), "127.0.0.1:0", None, extra, &run_dir)
         .await?;
     env.wait_ok(&format!("{url}/readyz"), plan.sync_timeout)
         .await

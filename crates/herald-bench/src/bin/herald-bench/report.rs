@@ -388,22 +388,29 @@ fn discovery(o: &mut String, d: &Value) {
     o.push_str(&format!(
         "Jobs `pod` and `endpointslice`, each process alone against the same kube-sim (preset `{}`, seed {}, \
          churn 0). herald is synced at `/readyz`; vmagent when its informers hold every pod, EndpointSlice \
-         and Service. RSS and CPU seconds 2 s after the sync. Medians of {} run(s) at scale {}, {} elsewhere.\n\n",
+         and Service. RSS and CPU seconds 2 s after the sync. Medians of {} run(s) at scale {}, {} elsewhere. \
+         At scale {} herald also runs with `--initial-list list` (paged LISTs, as against an apiserver \
+         without streaming lists), alternating with the others.\n\n",
         d["preset"].as_str().unwrap_or("?"),
         d["seed"],
         d["runs"]["at_main_scale"],
         d["runs"]["main_scale"],
         d["runs"]["elsewhere"],
+        d["runs"]["main_scale"],
     ));
     o.push_str("| scale | pods | who | first complete sync s | RSS after sync MiB | peak RSS MiB | CPU s | bytes from kube-sim | targets (herald) |\n|---:|---:|---|---:|---:|---:|---:|---:|---:|\n");
     for p in d["points"].as_array().into_iter().flatten() {
-        for who in ["herald", "vmagent"] {
+        for (who, name) in [
+            ("herald", "herald"),
+            ("herald_paged", "herald, paged LIST"),
+            ("vmagent", "vmagent"),
+        ] {
             let med = &p[who]["median"];
             if med.is_null() {
                 continue;
             }
             o.push_str(&format!(
-                "| {} | {} | {who} | {} | {} | {} | {} | {} | {} |\n",
+                "| {} | {} | {name} | {} | {} | {} | {} | {} | {} |\n",
                 p["scale"],
                 fmt(n(&p["pods"]), 0),
                 fmt(n(&med["sync_seconds"]), 1),
@@ -414,21 +421,23 @@ fn discovery(o: &mut String, d: &Value) {
                 fmt(n(&med["targets"]), 0),
             ));
         }
-        let r = |k: &str| {
-            n(&p["herald"]["median"][k])
-                .zip(n(&p["vmagent"]["median"][k]))
-                .map(|(a, b)| a / b)
-        };
-        if r("sync_seconds").is_some() {
-            o.push_str(&format!(
-                "| {} | | **herald / vmagent** | **{}×** | **{}×** | {}× | {}× | {}× | |\n",
-                p["scale"],
-                fmt(r("sync_seconds"), 2),
-                fmt(r("rss_mib"), 2),
-                fmt(r("peak_rss_mib"), 2),
-                fmt(r("cpu_seconds"), 2),
-                fmt(r("upstream_bytes"), 2),
-            ));
+        for (who, name) in [("herald", "herald"), ("herald_paged", "herald paged")] {
+            let r = |k: &str| {
+                n(&p[who]["median"][k])
+                    .zip(n(&p["vmagent"]["median"][k]))
+                    .map(|(a, b)| a / b)
+            };
+            if r("sync_seconds").is_some() {
+                o.push_str(&format!(
+                    "| {} | | **{name} / vmagent** | **{}×** | **{}×** | {}× | {}× | {}× | |\n",
+                    p["scale"],
+                    fmt(r("sync_seconds"), 2),
+                    fmt(r("rss_mib"), 2),
+                    fmt(r("peak_rss_mib"), 2),
+                    fmt(r("cpu_seconds"), 2),
+                    fmt(r("upstream_bytes"), 2),
+                ));
+            }
         }
     }
     for s in d["skipped"].as_array().into_iter().flatten() {

@@ -279,7 +279,7 @@ pub async fn run(env: &Env, plan: &Plan) -> anyhow::Result<Value> {
     let jobs = herald_jobs("");
     let t = Instant::now();
     let (mut herald, hurl, kube) = env
-        .start_herald_at(&sim.url, &jobs, &listen, Some(&kube_listen), &dir)
+        .start_herald_at(&sim.url, &jobs, &listen, Some(&kube_listen), &[], &dir)
         .await?;
     let kube = kube.context("herald printed no Kubernetes API address")?;
     env.wait_ok(&format!("{hurl}/readyz"), plan.sync_timeout)
@@ -367,7 +367,14 @@ pub async fn run(env: &Env, plan: &Plan) -> anyhow::Result<Value> {
     let herald_dir = dir.join("after");
     std::fs::create_dir_all(&herald_dir)?;
     let (h2, _, _) = env
-        .start_herald_at(&sim.url, &jobs, &listen, Some(&kube_listen), &herald_dir)
+        .start_herald_at(
+            &sim.url,
+            &jobs,
+            &listen,
+            Some(&kube_listen),
+            &[],
+            &herald_dir,
+        )
         .await
         .context("restarting herald on the same ports")?;
     herald = h2;
