@@ -779,7 +779,7 @@ impl Initial {
         };
         let done = running
             .await
-            .map_err(|e| format!("ingesting the initial events: {e}"))?;
+            .map_err(|e| format!("ingesting a list's objects: {e}"))?;
         for item in done {
             match item {
                 Ok(entry) => self.entries.push(entry),
