@@ -850,6 +850,16 @@ mod tests {
                "spec": {"containers": "not a list"}})
     }
 
+    /// Serves `app` on a free loopback port; its URL.
+    async fn serve_app(app: axum::Router) -> String {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        tokio::spawn(async move { axum::serve(listener, app).await.expect("serve") });
+        format!("http://{addr}")
+    }
+
     /// A scripted upstream: one LIST page, then a watch stream of `events` that stays open.
     async fn fake_upstream(list: Vec<serde_json::Value>, events: Vec<serde_json::Value>) -> String {
         let app = axum::Router::new().route(
@@ -877,12 +887,7 @@ mod tests {
                 }
             }),
         );
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-            .await
-            .expect("bind");
-        let addr = listener.local_addr().expect("addr");
-        tokio::spawn(async move { axum::serve(listener, app).await.expect("serve") });
-        format!("http://{addr}")
+        serve_app(app).await
     }
 
     #[tokio::test]
@@ -978,12 +983,7 @@ mod tests {
                 }
             }),
         );
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-            .await
-            .expect("bind");
-        let addr = listener.local_addr().expect("addr");
-        tokio::spawn(async move { axum::serve(listener, app).await.expect("serve") });
-        (format!("http://{addr}"), queries)
+        (serve_app(app).await, queries)
     }
 
     fn bookmark(rv: u64, end: bool) -> serde_json::Value {
@@ -1111,12 +1111,7 @@ mod tests {
                 }
             }),
         );
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-            .await
-            .expect("bind");
-        let addr = listener.local_addr().expect("addr");
-        tokio::spawn(async move { axum::serve(listener, app).await.expect("serve") });
-        (format!("http://{addr}"), queries)
+        (serve_app(app).await, queries)
     }
 
     /// A paged LIST's items are ingested in batches across pages, as a streaming list's are: the
