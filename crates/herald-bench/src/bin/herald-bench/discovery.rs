@@ -139,11 +139,11 @@ async fn measure_scale(
     let mut vm_runs = Vec::new();
     let main = (spec.scale - plan.main_scale).abs() < 1e-9;
     for run in 1..=runs {
-        let h = herald_once(env, plan, &sim.url, &dir, run, &[]).await?;
+        let h = herald_once(env, plan, &sim.url, &dir, run, false).await?;
         eprintln!("  herald run {run}: {h}");
         herald_runs.push(h);
         if main {
-            let h = herald_once(env, plan, &sim.url, &dir, run, &PAGED).await?;
+            let h = herald_once(env, plan, &sim.url, &dir, run, true).await?;
             eprintln!("  herald (paged LIST) run {run}: {h}");
             paged_runs.push(h);
         }
@@ -190,21 +190,23 @@ async fn upstream(env: &Env, sim: &str, ua: &str) -> anyhow::Result<f64> {
     Ok(SimLoad::of(&stats, |u| u.starts_with(ua)).bytes)
 }
 
-/// herald's arguments for lists by pages (`Feed::list`) instead of a streaming list.
-const PAGED: [&str; 2] = ["--initial-list", "list"];
-
+/// One herald run; `paged`: lists by pages (`--initial-list list`) instead of a streaming list.
 async fn herald_once(
     env: &Env,
     plan: &Plan,
     sim: &str,
     dir: &std::path::Path,
     run: usize,
-    extra: &[&str],
+    paged: bool,
 ) -> anyhow::Result<Value> {
     let bytes0 = upstream(env, sim, HERALD_UA).await?;
     let t = Instant::now();
-    let paged = if extra.is_empty() { "" } else { "-paged" };
-    let run_dir = dir.join(format!("herald{paged}-{run}"));
+    let (extra, name): (&[&str], _) = if paged {
+        (&["--initial-list", "list"], "herald-paged")
+    } else {
+        (&[], "herald")
+    };
+    let run_dir = dir.join(format!("{name}-{run}"));
     std::fs::create_dir_all(&run_dir)?;
     let (p, url, _) = env
         .start_herald_at(sim, &herald_jobs(""), "127.0.0.1:0", None, extra, &run_dir)
