@@ -438,7 +438,7 @@ impl Feed {
     }
 
     /// A paged LIST; on success the state is swapped in and a watch from its version comes next.
-    /// Each page's objects are ingested as a streaming list's are (`Initial`): on every core, while
+    /// Each page's objects are ingested as a streaming list's are (`Listing`): on every core, while
     /// the next page is fetched.
     async fn list(self: &Arc<Self>) -> Outcome {
         self.shared
@@ -446,7 +446,7 @@ impl Feed {
             .upstream_relists
             .get_or_create(&self.labels())
             .inc();
-        let mut initial = Initial::default();
+        let mut listing = Listing::default();
         let mut token: Option<String> = None;
         let rv = loop {
             let mut url = format!("{}?limit={PAGE_SIZE}", self.path());
@@ -477,10 +477,10 @@ impl Feed {
                 if raw.len() > self.shared.max_object_bytes() {
                     self.count("relist_object");
                     self.oversized(raw.len());
-                    initial.keep.extend(self.key_of(raw));
+                    listing.keep.extend(self.key_of(raw));
                     continue;
                 }
-                if let Err(why) = initial.add(self, raw).await {
+                if let Err(why) = listing.add(self, raw).await {
                     return Outcome::Failed(Phase::List, why);
                 }
             }
@@ -495,7 +495,7 @@ impl Feed {
                 format!("list resourceVersion {rv:?} is not an unsigned integer"),
             );
         };
-        match initial.finish(self).await {
+        match listing.finish(self).await {
             Ok((entries, keep)) => {
                 self.swap(rv, entries, keep);
                 Outcome::Next(Phase::Watch(rv))
@@ -553,7 +553,7 @@ impl Feed {
         // NB: `rv` moves only once the initial events are in: a stream that breaks before their end
         // must list again, not watch from the middle of a list it never applied.
         let mut rv = from;
-        let mut initial: Option<Initial> = from.is_none().then(Initial::default);
+        let mut initial: Option<Listing> = from.is_none().then(Listing::default);
         let mut line = Vec::new();
         let mut reader = crate::frames::LineReader::new(self.shared.max_object_bytes());
         let idle = Duration::from_secs(timeout + 60);
@@ -709,7 +709,7 @@ impl Feed {
 /// batches, each batch is ingested on the blocking pool while the stream (or the next page) is read,
 /// and results are taken back in the order they came.
 #[derive(Default)]
-struct Initial {
+struct Listing {
     entries: Vec<Ingested>,
     /// Listed objects that could not be ingested: their stored version is kept.
     keep: Vec<Key>,
@@ -727,7 +727,7 @@ struct Batch {
 /// An object the feed could not ingest: why, and its key when it has one.
 struct Refused(String, Option<Key>);
 
-impl Initial {
+impl Listing {
     /// A batch is handed to the blocking pool at this many objects or bytes, whichever comes first.
     const BATCH_ITEMS: usize = 256;
     const BATCH_BYTES: usize = 1 << 20;
@@ -1025,7 +1025,7 @@ mod tests {
     /// not be ingested, across many batches.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn streaming_list_ingested_in_batches_is_the_list_given() {
-        let n = 3 * Initial::BATCH_ITEMS + 17;
+        let n = 3 * Listing::BATCH_ITEMS + 17;
         let mut lines: Vec<serde_json::Value> = (0..n)
             .map(|i| {
                 let ip = format!("127.16.{}.{}", i / 250, i % 250 + 1);
@@ -1119,7 +1119,7 @@ mod tests {
     /// and whose place in the received-objects metric are those of a streaming list.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn paged_list_ingested_in_batches_is_the_list_given() {
-        let n = 3 * Initial::BATCH_ITEMS + 17;
+        let n = 3 * Listing::BATCH_ITEMS + 17;
         let mut items: Vec<serde_json::Value> = (0..n)
             .map(|i| {
                 let ip = format!("127.16.{}.{}", i / 250, i % 250 + 1);
