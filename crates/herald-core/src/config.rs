@@ -239,6 +239,10 @@ pub struct KubeApiConfig {
     /// Events kept per kind for downstream watch resumption.
     #[serde(default)]
     pub history_window: Option<usize>,
+    /// Milliseconds a watcher that has just written waits before its next write, so that events
+    /// arriving meanwhile share one write (0: none; default 50).
+    #[serde(default)]
+    pub watch_batch_ms: Option<u64>,
 }
 
 /// A kind to serve: a built-in by plural name (`pods`, `ingresses.networking.k8s.io`), or a custom

@@ -73,6 +73,7 @@ struct Observer {
     open: Gauge,
     events: Counter,
     bytes: Counter,
+    writes: Counter,
     content_events: Counter,
     content_bytes: Counter,
     slow: Counter,
@@ -82,6 +83,7 @@ impl WatchObserver for Observer {
     fn sent(&self, lines: u64, bytes: u64) {
         self.events.inc_by(lines);
         self.bytes.inc_by(bytes);
+        self.writes.inc();
         self.content_events.inc_by(lines);
         self.content_bytes.inc_by(bytes);
     }
@@ -237,6 +239,7 @@ impl Backend for Shared {
             content_bytes: m.kube_content_bytes.get_or_create(&ct).clone(),
             events: m.kube_events_sent.get_or_create(&label).clone(),
             bytes: m.kube_bytes_sent.get_or_create(&label).clone(),
+            writes: m.kube_watch_writes.get_or_create(&label).clone(),
             slow: m.kube_watchers_closed_slow.get_or_create(&label).clone(),
         })
     }

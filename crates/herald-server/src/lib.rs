@@ -54,6 +54,6 @@ pub use serve::{
     kube_kinds,
 };
 pub use snapshot::{Encoded, Shard};
-pub use state::KubeApiOptions;
 pub use state::Shared;
+pub use state::{DEFAULT_WATCH_BATCH, KubeApiOptions};
 pub use upstream::InitialList;

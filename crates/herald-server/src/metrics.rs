@@ -126,6 +126,7 @@ pub struct Metrics {
     pub kube_watches_open: Family<KindLabels, Gauge>,
     pub kube_events_sent: Family<KindLabels, Counter>,
     pub kube_bytes_sent: Family<KindLabels, Counter>,
+    pub kube_watch_writes: Family<KindLabels, Counter>,
     pub kube_content_events: Family<ContentLabels, Counter>,
     pub kube_content_bytes: Family<ContentLabels, Counter>,
     pub kube_watchers_closed_slow: Family<KindLabels, Counter>,
@@ -334,6 +335,11 @@ impl Metrics {
             "kube_bytes_sent",
             "Watch bytes sent downstream, per kind",
             self.kube_bytes_sent.clone(),
+        );
+        r.register(
+            "kube_watch_writes",
+            "Writes of watch events to watchers' connections, per kind (events sent per write: how much kube_api.watch_batch_ms batches)",
+            self.kube_watch_writes.clone(),
         );
         r.register(
             "kube_content_events",

@@ -62,6 +62,10 @@ async fn a_watcher_that_never_reads_is_closed_and_the_others_are_not_held_back()
     .expect("kube-sim starts");
     let mut api = support::kube_options(&["configmaps"]);
     api.watch.slow_watcher_timeout = Duration::from_secs(8);
+    // A watcher counts as unresponsive when its buffer of 64 writes stays full. With the batch window
+    // the burst below (400 events in a second or two) is a few dozen writes and never fills it; under
+    // sustained churn it fills as before, only with more events per write. One write per event here.
+    api.watch.batch_window = Duration::ZERO;
     let herald = support::start_herald(&sim.url(), "jobs: []\n", api, "herald/test").await;
     let base = herald.kube_url().expect("face on");
     let rv = herald.shared().cache.resource_version(
@@ -132,4 +136,97 @@ async fn a_watcher_that_never_reads_is_closed_and_the_others_are_not_held_back()
     }
     assert!(closed, "the stalled watcher was closed as unresponsive");
     drop(stalled);
+}
+
+/// Posts a small ConfigMap named `name` to kube-sim.
+async fn post_configmap(http: &reqwest::Client, sim: &str, name: &str) {
+    let body = json!({"apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": name, "namespace": "default"}, "data": {"v": "1"}});
+    let r = http
+        .post(format!("{sim}/api/v1/namespaces/default/configmaps"))
+        .json(&body)
+        .send()
+        .await
+        .expect("post");
+    assert!(r.status().is_success(), "{}", r.status());
+}
+
+#[tokio::test]
+async fn events_inside_the_batch_window_share_a_write_and_a_quiet_watch_is_not_held_back() {
+    let sim = Sim::start(SimConfig {
+        populate: false,
+        ..SimConfig::default()
+    })
+    .await
+    .expect("kube-sim starts");
+    let mut api = support::kube_options(&["configmaps"]);
+    let window = Duration::from_millis(1000);
+    api.watch.batch_window = window;
+    let herald = support::start_herald(&sim.url(), "jobs: []\n", api, "herald/test").await;
+    let base = herald.kube_url().expect("face on");
+    let r = herald
+        .shared()
+        .cache
+        .ids()
+        .find(|r| herald.shared().cache.get(*r).resource.plural == "configmaps")
+        .expect("cm");
+    let rv = herald.shared().cache.resource_version(r);
+    let url =
+        format!("{base}/api/v1/namespaces/default/configmaps?watch=true&resourceVersion={rv}");
+
+    // The watcher: every event's object name, as it arrives.
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<String>();
+    let resp = reqwest::get(&url).await.expect("watch");
+    assert_eq!(resp.status(), 200);
+    tokio::spawn(async move {
+        let mut stream = resp.bytes_stream();
+        let mut buf = Vec::new();
+        while let Some(Ok(chunk)) = stream.next().await {
+            buf.extend_from_slice(&chunk);
+            while let Some(pos) = buf.iter().position(|&b| b == b'\n') {
+                let line: Vec<u8> = buf.drain(..=pos).collect();
+                let ev: serde_json::Value = serde_json::from_slice(&line).expect("JSON event");
+                let name = ev["object"]["metadata"]["name"].as_str().unwrap_or("");
+                if tx.send(name.to_string()).is_err() {
+                    return;
+                }
+            }
+        }
+    });
+    let next = async |rx: &mut tokio::sync::mpsc::UnboundedReceiver<String>| {
+        tokio::time::timeout(Duration::from_secs(20), rx.recv())
+            .await
+            .expect("an event within 20 s")
+            .expect("the watch stays open")
+    };
+    let http = reqwest::Client::new();
+
+    // A watch that has not written lately writes its next event at once, not a window later.
+    let t0 = std::time::Instant::now();
+    post_configmap(&http, &sim.url(), "quiet-0").await;
+    assert_eq!(next(&mut rx).await, "quiet-0");
+    let first = t0.elapsed();
+    assert!(
+        first < window * 9 / 10,
+        "the first event after a quiet spell took {first:?}: held back by the window"
+    );
+
+    // Events arriving within the window after that write go out together, in order.
+    let writes_before = metric(&herald, "herald_kube_watch_writes_total");
+    for i in 1..=10 {
+        post_configmap(&http, &sim.url(), &format!("burst-{i}")).await;
+    }
+    for i in 1..=10 {
+        assert_eq!(next(&mut rx).await, format!("burst-{i}"));
+    }
+    let writes = metric(&herald, "herald_kube_watch_writes_total") - writes_before;
+    assert!(
+        (1.0..=2.0).contains(&writes),
+        "ten events inside the window took {writes} writes"
+    );
+    assert_eq!(
+        metric(&herald, "herald_kube_events_sent_total"),
+        11.0,
+        "every event sent once"
+    );
 }

@@ -193,6 +193,13 @@ fn kube_options(
         anyhow::ensure!(w > 0, "kube_api.history_window must be positive");
         api.history_window = w;
     }
+    if let Some(ms) = cfg.watch_batch_ms {
+        anyhow::ensure!(
+            ms <= 1000,
+            "kube_api.watch_batch_ms must be at most 1000 (a second of delay), not {ms}"
+        );
+        api.watch.batch_window = std::time::Duration::from_millis(ms);
+    }
     Ok(Some(KubeServeOptions {
         listen,
         api,
@@ -342,7 +349,7 @@ mod tests {
         let off = herald_core::KubeApiConfig::default();
         assert!(kube_options(&serve_args(&[]), &off).expect("ok").is_none());
         let cfg = herald_core::parse_config(
-            "jobs: []\nkube_api:\n  listen: 127.0.0.1:7000\n  kinds: [pods, configmaps]\n  admission_rate: 10\n  token_file: /etc/t\n",
+            "jobs: []\nkube_api:\n  listen: 127.0.0.1:7000\n  kinds: [pods, configmaps]\n  admission_rate: 10\n  token_file: /etc/t\n  watch_batch_ms: 0\n",
         )
         .expect("valid")
         .kube_api;
@@ -353,6 +360,7 @@ mod tests {
         let names: Vec<&str> = k.api.resources.iter().map(|r| r.plural.as_str()).collect();
         assert_eq!(names, ["pods", "configmaps"]);
         assert_eq!(k.api.admission_rate, 10.0);
+        assert_eq!(k.api.watch.batch_window, std::time::Duration::ZERO);
         assert_eq!(
             k.token_file.as_deref(),
             Some(std::path::Path::new("/etc/t"))
@@ -371,6 +379,10 @@ mod tests {
         assert_eq!(
             defaults.api.resources.len(),
             herald_server::DEFAULT_KUBE_KINDS.len()
+        );
+        assert_eq!(
+            defaults.api.watch.batch_window,
+            herald_server::DEFAULT_WATCH_BATCH
         );
     }
 
@@ -393,6 +405,10 @@ mod tests {
         );
         assert!(
             bad("jobs: []\nkube_api: {listen: '127.0.0.1:1', tls_cert_file: /c}\n").contains("TLS")
+        );
+        assert!(
+            bad("jobs: []\nkube_api: {listen: '127.0.0.1:1', watch_batch_ms: 5000}\n")
+                .contains("watch_batch_ms")
         );
     }
 

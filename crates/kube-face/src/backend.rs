@@ -26,6 +26,12 @@ pub struct WatchSettings {
     /// How long a watcher may leave its buffer full before it is closed as unresponsive (the
     /// apiserver closes a cacheWatcher whose channel stays full; the client then re-watches).
     pub slow_watcher_timeout: Duration,
+    /// After a write, how long a watcher waits before its next one, so that the events arriving
+    /// meanwhile go out in one write instead of one write each (zero: every read is written at once).
+    /// The first event after a quiet spell is written at once; only a watcher that wrote within the
+    /// window waits, at most this long. herald's face sets it (`kube_api.watch_batch_ms`); the
+    /// apiserver writes each event as it dispatches it.
+    pub batch_window: Duration,
 }
 
 impl Default for WatchSettings {
@@ -35,6 +41,7 @@ impl Default for WatchSettings {
             default_timeout: Duration::from_secs(1800),
             wait_for_rv: Duration::from_secs(3),
             slow_watcher_timeout: Duration::from_secs(10),
+            batch_window: Duration::ZERO,
         }
     }
 }

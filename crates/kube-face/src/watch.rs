@@ -370,7 +370,15 @@ impl<B: Backend> Watch<B> {
                 page.rv
             }
         };
+        let batch_window = backend.settings().batch_window;
+        // When this watch last wrote events, while the window after it may still be open.
+        let mut wrote_at: Option<Instant> = None;
         loop {
+            if let Some(at) = wrote_at.take() {
+                // Within the window of the last write: what arrives until it closes goes out with
+                // this read's events, in one write.
+                sleep_until(at + batch_window).await;
+            }
             rv_rx.mark_unchanged();
             let read = match &by_value {
                 Some(v) => backend.events_of_value_after(r, v, cursor, MAX_TURN),
@@ -404,11 +412,16 @@ impl<B: Backend> Watch<B> {
                 }
                 cursor = ev.rv;
             }
+            let wrote = !self.pending.is_empty();
             self.flush().await?;
             if events.len() >= MAX_TURN {
                 // More to send: let the other watchers (and the upstream feed) have their turn first.
                 tokio::task::yield_now().await;
                 continue;
+            }
+            // A backlog read in full turns above is not held back; a watch that keeps up is.
+            if wrote && !batch_window.is_zero() {
+                wrote_at = Some(Instant::now());
             }
             // Nothing else of this resource happened up to `complete_to`: resuming from it loses
             // nothing, and it keeps the cursor inside the window while other resources churn.

@@ -198,6 +198,9 @@ struct Args {
     /// herald's kube_api.admission_burst.
     #[arg(long, default_value_t = 20_000)]
     admission_burst: u32,
+    /// herald's kube_api.watch_batch_ms [default: herald's].
+    #[arg(long)]
+    watch_batch_ms: Option<u64>,
 }
 
 // ---------------------------------------------------------------------------------------------------
@@ -329,10 +332,14 @@ impl Ctx {
         std::fs::write(
             &config,
             format!(
-                "jobs: []\nkube_api:\n  kinds: [{}]\n  admission_rate: {}\n  admission_burst: {}\n",
+                "jobs: []\nkube_api:\n  kinds: [{}]\n  admission_rate: {}\n  admission_burst: {}\n{}",
                 self.args.kind.name(),
                 self.args.admission_rate,
-                self.args.admission_burst
+                self.args.admission_burst,
+                self.args
+                    .watch_batch_ms
+                    .map(|ms| format!("  watch_batch_ms: {ms}\n"))
+                    .unwrap_or_default()
             ),
         )?;
         let args: Vec<String> = vec![
@@ -704,6 +711,7 @@ async fn measure(ctx: &Ctx, n: usize, via: Via, run: usize) -> anyhow::Result<Va
             "bytes_sent_per_s": (hm(&s1, "herald_kube_bytes_sent_total") - hm(&s0, "herald_kube_bytes_sent_total")) / window,
             "bytes_per_delivered_event": (hm(&s1, "herald_kube_bytes_sent_total") - hm(&s0, "herald_kube_bytes_sent_total")) / delivered_in_window.max(1) as f64,
             "writes_to_watchers_per_s": (hm(&s1, "herald_kube_events_sent_total") - hm(&s0, "herald_kube_events_sent_total")) / window,
+            "watch_writes_per_s": (hm(&s1, "herald_kube_watch_writes_total") - hm(&s0, "herald_kube_watch_writes_total")) / window,
             "watchers_closed_slow_total": hm(&s2, "herald_kube_watchers_closed_slow_total"),
             "admission_refused_total": hm(&s2, "herald_kube_admission_refused_total"),
         });
