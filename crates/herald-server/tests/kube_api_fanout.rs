@@ -52,32 +52,39 @@ async fn count_big_events(url: String, want: usize) -> usize {
     seen
 }
 
-#[tokio::test]
-async fn a_watcher_that_never_reads_is_closed_and_the_others_are_not_held_back() {
+/// An empty kube-sim, herald on it serving configmaps with `api`, and the URL of a configmaps watch
+/// from herald's current version.
+async fn start(api: herald_server::KubeApiOptions) -> (Sim, Herald, String) {
     let sim = Sim::start(SimConfig {
         populate: false,
         ..SimConfig::default()
     })
     .await
     .expect("kube-sim starts");
+    let herald = support::start_herald(&sim.url(), "jobs: []\n", api, "herald/test").await;
+    let base = herald.kube_url().expect("face on");
+    let cache = &herald.shared().cache;
+    let r = cache
+        .ids()
+        .find(|r| cache.get(*r).resource.plural == "configmaps")
+        .expect("cm");
+    let url = format!(
+        "{base}/api/v1/namespaces/default/configmaps?watch=true&resourceVersion={}",
+        cache.resource_version(r)
+    );
+    (sim, herald, url)
+}
+
+#[tokio::test]
+async fn a_watcher_that_never_reads_is_closed_and_the_others_are_not_held_back() {
     let mut api = support::kube_options(&["configmaps"]);
     api.watch.slow_watcher_timeout = Duration::from_secs(8);
     // A watcher counts as unresponsive when its buffer of 64 writes stays full. With the batch window
     // the burst below (400 events in a second or two) is a few dozen writes and never fills it; under
     // sustained churn it fills as before, only with more events per write. One write per event here.
     api.watch.batch_window = Duration::ZERO;
-    let herald = support::start_herald(&sim.url(), "jobs: []\n", api, "herald/test").await;
+    let (sim, herald, watch_url) = start(api).await;
     let base = herald.kube_url().expect("face on");
-    let rv = herald.shared().cache.resource_version(
-        herald
-            .shared()
-            .cache
-            .ids()
-            .find(|r| herald.shared().cache.get(*r).resource.plural == "configmaps")
-            .expect("cm"),
-    );
-    let watch_url =
-        format!("{base}/api/v1/namespaces/default/configmaps?watch=true&resourceVersion={rv}");
 
     // The stalled client: a tiny receive buffer, a watch request, and never a read.
     let addr: std::net::SocketAddr = base.trim_start_matches("http://").parse().expect("addr");
@@ -153,26 +160,10 @@ async fn post_configmap(http: &reqwest::Client, sim: &str, name: &str) {
 
 #[tokio::test]
 async fn events_inside_the_batch_window_share_a_write_and_a_quiet_watch_is_not_held_back() {
-    let sim = Sim::start(SimConfig {
-        populate: false,
-        ..SimConfig::default()
-    })
-    .await
-    .expect("kube-sim starts");
     let mut api = support::kube_options(&["configmaps"]);
     let window = Duration::from_millis(1000);
     api.watch.batch_window = window;
-    let herald = support::start_herald(&sim.url(), "jobs: []\n", api, "herald/test").await;
-    let base = herald.kube_url().expect("face on");
-    let r = herald
-        .shared()
-        .cache
-        .ids()
-        .find(|r| herald.shared().cache.get(*r).resource.plural == "configmaps")
-        .expect("cm");
-    let rv = herald.shared().cache.resource_version(r);
-    let url =
-        format!("{base}/api/v1/namespaces/default/configmaps?watch=true&resourceVersion={rv}");
+    let (sim, herald, url) = start(api).await;
 
     // The watcher: every event's object name, as it arrives.
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<String>();
