@@ -10,6 +10,7 @@
 //! NB: blocks are split by label family (pod, node, the rest) so that the same pod or node yields
 //! byte-equal blocks whichever role built them; equal blocks are then one allocation.
 
+use std::borrow::Cow;
 use std::hash::{BuildHasher, Hash, Hasher};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
@@ -24,6 +25,79 @@ pub type Sym = arcstr::ArcStr;
 
 /// Prometheus's address label.
 const ADDRESS: &str = "__address__";
+
+/// The label carrying a target's container id.
+const CONTAINER_ID: &str = "__meta_kubernetes_pod_container_id";
+
+/// Container runtimes whose ids are packed (`PackedId`), by the prefix they give them.
+const RUNTIMES: [&str; 3] = ["containerd", "docker", "cri-o"];
+
+/// A container id of the shape container runtimes report, `<runtime>://<64 lowercase hex digits>`,
+/// held as its runtime and the 32 bytes the digits spell. NB: every container has one and it is
+/// unique to it; as an interned string (93 bytes allocated for 77 of text) with a block of its own
+/// it cost ~140 bytes a container, ~45 MB for the 327,883 containers of `k8s-limits`; packed and
+/// interned apart it costs ~57 (DESIGN-NOTES section 11). An id of any other shape (another runtime,
+/// upper-case digits, another length) stays a label like any other, so what is written back is
+/// always the text given.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct PackedId {
+    runtime: u8,
+    digest: [u8; 32],
+}
+
+/// An interned container id: one allocation per container, shared by every target of it.
+type Id = triomphe::Arc<PackedId>;
+
+impl PackedId {
+    /// `text` packed, when it has the shape; `None` otherwise.
+    fn pack(text: &str) -> Option<PackedId> {
+        fn nibble(b: u8) -> Option<u8> {
+            match b {
+                b'0'..=b'9' => Some(b - b'0'),
+                b'a'..=b'f' => Some(b - b'a' + 10),
+                _ => None,
+            }
+        }
+        let (runtime, hex) = text.split_once("://")?;
+        let runtime = RUNTIMES.iter().position(|r| *r == runtime)? as u8;
+        let hex = hex.as_bytes();
+        if hex.len() != 64 {
+            return None;
+        }
+        let mut digest = [0u8; 32];
+        for (d, pair) in digest.iter_mut().zip(hex.chunks_exact(2)) {
+            *d = (nibble(pair[0])? << 4) | nibble(pair[1])?;
+        }
+        Some(PackedId { runtime, digest })
+    }
+
+    /// The id's text, JSON-quoted (it needs no escaping), appended to `out`.
+    fn write_json(&self, out: &mut Vec<u8>) {
+        out.push(b'"');
+        self.write_text(out);
+        out.push(b'"');
+    }
+
+    /// The id's text appended to `out`.
+    fn write_text(&self, out: &mut Vec<u8>) {
+        const HEX: &[u8; 16] = b"0123456789abcdef";
+        out.extend_from_slice(RUNTIMES[self.runtime as usize].as_bytes());
+        out.extend_from_slice(b"://");
+        for b in self.digest {
+            out.push(HEX[(b >> 4) as usize]);
+            out.push(HEX[(b & 15) as usize]);
+        }
+    }
+}
+
+impl std::fmt::Display for PackedId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let mut text = Vec::with_capacity(80);
+        self.write_text(&mut text);
+        // Runtime names and hex digits are ASCII.
+        f.write_str(std::str::from_utf8(&text).map_err(|_| std::fmt::Error)?)
+    }
+}
 
 /// A sorted run of labels with unique names, interned: equal blocks share one allocation. NB: a
 /// `ThinArc` is one word (`Arc<[T]>` is two), and a target holds three to five blocks.
@@ -150,6 +224,8 @@ fn lock<T>(shards: &[Shard<T>], hash: u64) -> MutexGuard<'_, HashTable<T>> {
 #[derive(Debug)]
 pub struct Interner {
     syms: Box<[Shard<Sym>]>,
+    /// Container ids, packed (`PackedId`).
+    ids: Box<[Shard<Id>]>,
     /// Blocks, hashed and compared by the identity of their interned strings: equal strings are one
     /// allocation, so pointers decide equality without reading a byte of label text (hashing blocks
     /// by content cost ~10 % of a first sync).
@@ -163,6 +239,7 @@ impl Default for Interner {
     fn default() -> Interner {
         Interner {
             syms: shards(),
+            ids: shards(),
             blocks: shards(),
             hasher: foldhash::fast::RandomState::default(),
             swept: (0, 0),
@@ -180,6 +257,17 @@ impl Interner {
         let sym = Sym::from(s);
         table.insert_unique(hash, sym.clone(), |sym| self.hasher.hash_one(&**sym));
         sym
+    }
+
+    fn id(&self, id: PackedId) -> Id {
+        let hash = self.hasher.hash_one(id);
+        let mut table = lock(&self.ids, hash);
+        if let Some(found) = table.find(hash, |found| **found == id) {
+            return found.clone();
+        }
+        let found = Id::new(id);
+        table.insert_unique(hash, found.clone(), |found| self.hasher.hash_one(**found));
+        found
     }
 
     fn block(&self, pairs: &[(Sym, Sym)]) -> Block {
@@ -203,23 +291,32 @@ impl Interner {
     /// `labels` (sorted, as a `LabelSet` is) split by family into interned blocks, empty ones left
     /// out; `skip` names a label not to keep.
     fn blocks(&self, labels: &LabelSet, skip: Option<&str>, recent: &mut Recent) -> Box<[Block]> {
-        self.family_blocks(labels, skip, recent)
+        self.family_blocks(labels, skip, None, recent)
             .into_iter()
             .flatten()
             .collect()
     }
 
     /// `labels` split by family into interned blocks, by family. A run of labels equal to one of
-    /// `recent`'s blocks is that block, without interning a string.
+    /// `recent`'s blocks is that block, without interning a string. With `id`, a container id of
+    /// the packed shape is left out of the blocks and interned into it instead (`PackedId`).
     fn family_blocks(
         &self,
         labels: &LabelSet,
         skip: Option<&str>,
+        mut id: Option<&mut Option<Id>>,
         recent: &mut Recent,
     ) -> Families {
         let mut runs: [Vec<(&str, &str)>; FAMILIES] = Default::default();
         for (k, v) in labels {
             if skip == Some(k.as_str()) {
+                continue;
+            }
+            if k == CONTAINER_ID
+                && let Some(slot) = id.as_deref_mut()
+                && let Some(packed) = PackedId::pack(v)
+            {
+                *slot = Some(self.id(packed));
                 continue;
             }
             runs[family(k)].push((k, v));
@@ -277,10 +374,14 @@ impl Interner {
             // A static string (arcstr's empty one) is never dropped, nor counted.
             table.retain(|s| Sym::strong_count(s).is_none_or(|n| n > 1));
         }
+        for shard in self.ids.iter_mut() {
+            let table = shard.get_mut().unwrap_or_else(PoisonError::into_inner);
+            table.retain(|id| !id.is_unique());
+        }
         self.swept = self.len();
     }
 
-    /// Strings and blocks held (for metrics and tests).
+    /// Strings (container ids included) and blocks held (for metrics and tests).
     pub fn len(&self) -> (usize, usize) {
         fn count<T>(shards: &[Shard<T>]) -> usize {
             shards
@@ -288,7 +389,7 @@ impl Interner {
                 .map(|s| s.lock().unwrap_or_else(PoisonError::into_inner).len())
                 .sum()
         }
-        (count(&self.syms), count(&self.blocks))
+        (count(&self.syms) + count(&self.ids), count(&self.blocks))
     }
 }
 
@@ -394,6 +495,9 @@ pub struct PodBlocks(std::collections::HashMap<usize, (Arc<LabelSet>, Families)>
 pub struct Target {
     address: Address,
     blocks: Box<[Block]>,
+    /// The target's container id, when it has one of the packed shape (its label is then in no
+    /// block).
+    id: Option<Id>,
 }
 
 impl Target {
@@ -465,9 +569,12 @@ impl Group {
             .iter()
             .filter_map(|t| {
                 let address = Address::of(t.get(ADDRESS)?, interner);
+                let mut id = None;
+                let blocks = interner.family_blocks(t, Some(ADDRESS), Some(&mut id), recent);
                 Some(Target {
                     address,
-                    blocks: interner.blocks(t, Some(ADDRESS), recent),
+                    blocks: blocks.into_iter().flatten().collect(),
+                    id,
                 })
             })
             .collect();
@@ -500,15 +607,21 @@ impl Group {
             .iter()
             .filter_map(|t| {
                 let address = Address::of(t.own.get(ADDRESS)?, interner);
-                let mut families = interner.family_blocks(&t.own, Some(ADDRESS), recent);
+                let mut id = None;
+                let mut families =
+                    interner.family_blocks(&t.own, Some(ADDRESS), Some(&mut id), recent);
                 if let Some(pod) = &t.pod {
+                    // The pod's labels win over the target's own (`merge`), a container id too.
+                    if id.is_some() && pod.contains_key(CONTAINER_ID) {
+                        id = None;
+                    }
                     let blocks = pods
                         .0
                         .entry(Arc::as_ptr(pod) as usize)
                         .or_insert_with(|| {
                             (
                                 pod.clone(),
-                                interner.family_blocks(pod, Some(ADDRESS), recent),
+                                interner.family_blocks(pod, Some(ADDRESS), None, recent),
                             )
                         })
                         .1
@@ -523,6 +636,7 @@ impl Group {
                 Some(Target {
                     address,
                     blocks: families.into_iter().flatten().collect(),
+                    id,
                 })
             })
             .collect();
@@ -544,14 +658,17 @@ impl Group {
         &'a self,
         target: &'a Target,
         out: &mut Vec<u8>,
-        scratch: &mut Vec<(&'a str, &'a str, bool)>,
+        scratch: &mut Vec<(&'a str, Value<'a>, bool)>,
     ) {
         scratch.clear();
         for b in self.labels.iter() {
-            scratch.extend(b.pairs().iter().map(|(k, v)| (&**k, &**v, false)));
+            scratch.extend(b.pairs().iter().map(|(k, v)| (&**k, Value::Text(v), false)));
         }
         for b in target.blocks.iter() {
-            scratch.extend(b.pairs().iter().map(|(k, v)| (&**k, &**v, true)));
+            scratch.extend(b.pairs().iter().map(|(k, v)| (&**k, Value::Text(v), true)));
+        }
+        if let Some(id) = &target.id {
+            scratch.push((CONTAINER_ID, Value::Id(id), true));
         }
         // A target's label sorts after the group's of the same name, and the last of equal names is
         // the one written.
@@ -570,10 +687,21 @@ impl Group {
             first = false;
             write_str(out, k);
             out.push(b':');
-            write_str(out, v);
+            match v {
+                Value::Text(v) => write_str(out, v),
+                Value::Id(id) => id.write_json(out),
+            }
         }
         out.extend_from_slice(b"}}");
     }
+}
+
+/// A label's value as `Group::write_entry` gathers it: text, or a packed container id written out
+/// as its text.
+#[derive(Debug, Clone, Copy)]
+pub enum Value<'a> {
+    Text(&'a str),
+    Id(&'a PackedId),
 }
 
 impl Group {
@@ -602,6 +730,9 @@ impl Group {
                     .map(|(k, v)| (k.to_string(), v.to_string())),
             );
         }
+        if let Some(id) = &target.id {
+            labels.insert(CONTAINER_ID.to_string(), id.to_string());
+        }
         let mut address = String::new();
         target.address(&mut address);
         labels.insert(herald_core::labels::ADDRESS.to_string(), address);
@@ -623,21 +754,28 @@ impl Group {
     pub fn may_keep(&self, relabel: &JobRelabel) -> bool {
         // A label's value on one target: the last of its own blocks that has it, else the group's
         // (the overlay `write_entry` writes).
-        fn find<'b>(blocks: &'b [Block], name: &str) -> Option<&'b str> {
+        fn find<'b>(blocks: &'b [Block], name: &str) -> Option<Cow<'b, str>> {
             let mut found = None;
             for b in blocks {
                 if let Some((_, v)) = b.pairs().iter().rev().find(|(k, _)| &**k == name) {
-                    found = Some(&**v);
+                    found = Some(Cow::Borrowed(&**v));
                 }
             }
             found
         }
+        // A target's own label: its packed container id, else the last of its blocks that has it.
+        fn own<'b>(t: &'b Target, name: &str) -> Option<Cow<'b, str>> {
+            match &t.id {
+                Some(id) if name == CONTAINER_ID => Some(Cow::Owned(id.to_string())),
+                _ => find(&t.blocks, name),
+            }
+        }
         relabel.group_may_keep(|name| {
             let group = find(&self.labels, name);
-            let mut values = self.iter().map(|t| find(&t.blocks, name).or(group));
-            let first = values.next().unwrap_or(group);
+            let mut values = self.iter().map(|t| own(t, name).or_else(|| group.clone()));
+            let first = values.next().unwrap_or_else(|| group.clone());
             if values.all(|v| v == first) {
-                Ok(first.map(str::to_string))
+                Ok(first.map(Cow::into_owned))
             } else {
                 Err(())
             }
@@ -850,6 +988,7 @@ mod tests {
             let t = Target {
                 address: a,
                 blocks: Box::new([]),
+                id: None,
             };
             assert_eq!(t.address(&mut String::new()), address);
         }
@@ -1001,6 +1140,186 @@ mod tests {
             ("__meta_kubernetes_pod_label_app", "app-0"),
         ];
         assert!(recent.get(recent.hash(&other), &other).is_none());
+    }
+
+    const HEX64: &str = "35b475c771e15651b7d0a9afeb04569ae30ba41f2c35017d7b7f2dfb4ecb4c64";
+
+    /// Container ids of the runtimes' shape are held packed and out of every block; every other
+    /// shape stays a label; and either way the entries are herald-core's bytes and the discovered
+    /// labels the ones given.
+    #[test]
+    fn container_ids_are_packed_only_in_the_runtimes_shape_and_written_back_as_given() {
+        let packed = [
+            format!("containerd://{HEX64}"),
+            format!("docker://{HEX64}"),
+            format!("cri-o://{HEX64}"),
+            format!("containerd://{}", "0".repeat(64)),
+        ];
+        let kept = [
+            format!("containerd://{}", HEX64.to_uppercase()),
+            format!("containerd://{}", &HEX64[1..]),
+            format!("containerd://{HEX64}0"),
+            format!("containerd://{}g", &HEX64[1..]),
+            format!("cri://{HEX64}"),
+            format!("containerd:/{HEX64}"),
+            format!("containerd://{}\"u{{e9}}", &HEX64[2..]),
+            String::new(),
+            "containerd://".to_string(),
+        ];
+        let interner = Interner::default();
+        for (ids, packs) in [(&packed[..], true), (&kept[..], false)] {
+            let targets: Vec<LabelSet> = ids
+                .iter()
+                .enumerate()
+                .map(|(i, id)| {
+                    ls(&[
+                        ("__address__", &format!("127.16.0.{}:80", i + 1)),
+                        (CONTAINER_ID, id),
+                        ("__meta_kubernetes_pod_container_name", "main"),
+                        ("__meta_kubernetes_pod_container_port_number", "80"),
+                    ])
+                })
+                .collect();
+            let group = TargetGroup {
+                source: "pod/x".into(),
+                targets: targets.clone(),
+                labels: ls(&[("__meta_kubernetes_namespace", "default")]),
+            };
+            let compact = Group::of(&group, &interner);
+            assert_eq!(
+                String::from_utf8(encode(&compact)).expect("utf-8"),
+                String::from_utf8(encode_http_sd(&http_sd_entries(&group))).expect("utf-8")
+            );
+            for ((t, given), id) in compact.targets.iter().zip(&targets).zip(ids) {
+                assert_eq!(t.id.is_some(), packs, "{id:?}");
+                let in_blocks = t
+                    .blocks
+                    .iter()
+                    .any(|b| b.pairs().iter().any(|(k, _)| &**k == CONTAINER_ID));
+                assert_eq!(in_blocks, !packs, "{id:?}");
+                let mut labels = LabelSet::new();
+                compact.discovered(t, &mut labels);
+                let mut want = group.labels.clone();
+                want.extend(given.clone());
+                assert_eq!(labels, want, "{id:?}");
+            }
+        }
+    }
+
+    /// A group's targets are judged by relabeling on their container id as written, packed or not.
+    #[test]
+    fn relabeling_sees_a_packed_container_id_as_its_text() {
+        let interner = Interner::default();
+        let id = format!("containerd://{HEX64}");
+        let group = Group::of(
+            &TargetGroup {
+                source: "pod/x".into(),
+                targets: vec![ls(&[("__address__", "127.16.0.1:80"), (CONTAINER_ID, &id)])],
+                labels: LabelSet::new(),
+            },
+            &interner,
+        );
+        assert!(group.targets[0].id.is_some());
+        let keep = |regex: &str| {
+            let rules: Vec<herald_core::RelabelConfig> = serde_yaml::from_str(&format!(
+                "- {{source_labels: [{CONTAINER_ID}], regex: '{regex}', action: keep}}\n"
+            ))
+            .expect("rules");
+            JobRelabel::new(rules, false).expect("valid")
+        };
+        let kept = keep("containerd://35b4.*");
+        assert!(group.may_keep(&kept));
+        let mut labels = LabelSet::new();
+        assert!(
+            group
+                .relabel(&group.targets[0], &kept, &mut labels)
+                .is_some()
+        );
+        let dropped = keep("docker://.*");
+        assert!(!group.may_keep(&dropped));
+        assert!(
+            group
+                .relabel(&group.targets[0], &dropped, &mut labels)
+                .is_none()
+        );
+    }
+
+    /// The targets of one container (a target per port, in the pod job and in its slice's) hold one
+    /// packed id; a pod's shared labels win over a target's own id, as `merge` has them win; and a
+    /// sweep drops the ids nothing holds.
+    #[test]
+    fn a_container_s_targets_share_one_packed_id_and_sweeping_drops_unused_ones() {
+        use herald_core::{SharedGroup, SharedTarget};
+        let mut interner = Interner::default();
+        let id = format!("containerd://{HEX64}");
+        let target = |port: &str| {
+            ls(&[
+                ("__address__", &format!("127.16.0.1:{port}")),
+                (CONTAINER_ID, &id),
+                ("__meta_kubernetes_pod_container_port_number", port),
+            ])
+        };
+        let pod_job = Group::of(
+            &TargetGroup {
+                source: "pod/x".into(),
+                targets: vec![target("80"), target("81")],
+                labels: LabelSet::new(),
+            },
+            &interner,
+        );
+        let shared = |pod: LabelSet| SharedGroup {
+            source: "endpointslice/default/web".into(),
+            targets: vec![SharedTarget {
+                own: target("80"),
+                pod: Some(Arc::new(pod)),
+            }],
+            labels: LabelSet::new(),
+        };
+        let plain = shared(ls(&[("__meta_kubernetes_pod_name", "web-1")]));
+        let slice = Group::of_shared(&plain, &interner);
+        let ids: Vec<Id> = pod_job
+            .targets
+            .iter()
+            .chain(&slice.targets)
+            .map(|t| t.id.clone().expect("packed"))
+            .collect();
+        assert!(ids.iter().all(|i| Id::ptr_eq(i, &ids[0])));
+        assert_eq!(
+            encode(&slice),
+            encode(&Group::of(&plain.flatten(), &interner))
+        );
+        // The pod's labels carrying a container id of their own: theirs is written.
+        let other = format!("docker://{HEX64}");
+        let overridden = shared(ls(&[
+            ("__meta_kubernetes_pod_name", "web-1"),
+            (CONTAINER_ID, &other),
+        ]));
+        let g = Group::of_shared(&overridden, &interner);
+        assert!(g.targets[0].id.is_none());
+        assert_eq!(
+            encode(&g),
+            encode(&Group::of(&overridden.flatten(), &interner))
+        );
+        assert!(
+            String::from_utf8(encode(&g))
+                .expect("utf-8")
+                .contains(&other)
+        );
+
+        let (before, _) = interner.len();
+        drop((pod_job, slice, ids, g));
+        for i in 0..10_000 {
+            interner.sym(&i.to_string());
+        }
+        interner.maybe_sweep();
+        let (after, _) = interner.len();
+        assert!(after < before, "{before} → {after}");
+        let ids_left: usize = interner
+            .ids
+            .iter()
+            .map(|s| s.lock().expect("lock").len())
+            .sum();
+        assert_eq!(ids_left, 0);
     }
 
     #[test]

@@ -710,7 +710,7 @@ async fn measure(ctx: &Ctx, n: usize, via: Via, run: usize) -> anyhow::Result<Va
             "cache_rv_lag_at_window_end": rv_lag,
             "bytes_sent_per_s": (hm(&s1, "herald_kube_bytes_sent_total") - hm(&s0, "herald_kube_bytes_sent_total")) / window,
             "bytes_per_delivered_event": (hm(&s1, "herald_kube_bytes_sent_total") - hm(&s0, "herald_kube_bytes_sent_total")) / delivered_in_window.max(1) as f64,
-            "writes_to_watchers_per_s": (hm(&s1, "herald_kube_events_sent_total") - hm(&s0, "herald_kube_events_sent_total")) / window,
+            "events_sent_per_s": (hm(&s1, "herald_kube_events_sent_total") - hm(&s0, "herald_kube_events_sent_total")) / window,
             "watch_writes_per_s": (hm(&s1, "herald_kube_watch_writes_total") - hm(&s0, "herald_kube_watch_writes_total")) / window,
             "watchers_closed_slow_total": hm(&s2, "herald_kube_watchers_closed_slow_total"),
             "admission_refused_total": hm(&s2, "herald_kube_admission_refused_total"),
