@@ -160,6 +160,14 @@ impl ObjectKey {
         }
     }
 
+    /// The key of a face entry, sharing its strings.
+    pub fn of_entry(key: &kube_face::Key) -> ObjectKey {
+        ObjectKey {
+            namespace: key.0.clone(),
+            name: key.1.clone(),
+        }
+    }
+
     fn of(meta: &ObjectMeta) -> ObjectKey {
         ObjectKey::new(
             meta.namespace.as_deref().unwrap_or_default(),
@@ -470,7 +478,7 @@ impl Stored {
         let key = obj.key();
         Stored::from_parts(
             Arc::new(Entry {
-                key: (key.namespace.to_string(), key.name.to_string()),
+                key: (key.namespace.clone(), key.name.clone()),
                 rv: 0,
                 labels,
                 fields,

@@ -259,6 +259,16 @@ impl Interner {
         sym
     }
 
+    /// `s` interned as it is: it becomes the interned string when none equal is, so that an object's
+    /// key (shared with the face's entry) and the label values naming the object are one allocation.
+    pub fn adopt(&self, s: &Sym) {
+        let hash = self.hasher.hash_one(s.as_str());
+        let mut table = lock(&self.syms, hash);
+        if table.find(hash, |sym| **sym == **s).is_none() {
+            table.insert_unique(hash, s.clone(), |sym| self.hasher.hash_one(&**sym));
+        }
+    }
+
     fn id(&self, id: PackedId) -> Id {
         let hash = self.hasher.hash_one(id);
         let mut table = lock(&self.ids, hash);

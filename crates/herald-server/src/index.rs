@@ -167,6 +167,7 @@ impl Index {
         let obj = obj.into();
         let kind = obj.kind;
         let key = obj.key.clone();
+        self.interner.adopt(&key.name);
         if !self.cluster.insert(obj) {
             return Changed::new();
         }
@@ -191,7 +192,10 @@ impl Index {
         objects: Vec<impl Into<StoredObject>>,
         keep: &[ObjectKey],
     ) -> Changed {
-        let objects = objects.into_iter().map(Into::into).collect();
+        let objects: Vec<StoredObject> = objects.into_iter().map(Into::into).collect();
+        for o in &objects {
+            self.interner.adopt(&o.key.name);
+        }
         let changed = self.cluster.replace(kind, objects, keep);
         let waiting: Vec<usize> = (0..self.specs.len()).filter(|&j| !self.listed(j)).collect();
         let mut work = self.affected(changed.into_iter().map(|key| (kind, key)));

@@ -468,7 +468,7 @@ fn namespace_labels(shared: &Shared) -> BTreeMap<String, kube_face::Labels> {
         .cache
         .read(r)
         .values()
-        .map(|e| (e.key.1.clone(), e.labels.clone()))
+        .map(|e| (e.key.1.to_string(), e.labels.clone()))
         .collect()
 }
 
@@ -546,8 +546,10 @@ pub fn build_views(shared: &Shared, cfg: &MonitorsConfig) -> Views {
             let (ns, name) = (&entry.key.0, &entry.key.1);
             let in_namespace = match &selection.namespaces {
                 NamespaceSelection::All => true,
-                NamespaceSelection::Names(names) => names.contains(ns),
-                NamespaceSelection::Labels(s) => s.matches(ns_labels.get(ns).unwrap_or(&no_labels)),
+                NamespaceSelection::Names(names) => names.iter().any(|n| n == ns.as_str()),
+                NamespaceSelection::Labels(s) => {
+                    s.matches(ns_labels.get(ns.as_str()).unwrap_or(&no_labels))
+                }
             };
             if !in_namespace || !selection.monitors.matches(&entry.labels) {
                 continue;

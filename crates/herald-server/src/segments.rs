@@ -223,9 +223,9 @@ mod tests {
     fn stored(segments: &Segments, raw: &[u8]) -> Slim {
         let v: serde_json::Value = serde_json::from_slice(raw).expect("json");
         let meta = &v["metadata"];
-        let key: Key = (
-            meta["namespace"].as_str().unwrap_or("").to_string(),
-            meta["name"].as_str().unwrap_or("").to_string(),
+        let key: Key = kube_face::log::key(
+            meta["namespace"].as_str().unwrap_or(""),
+            meta["name"].as_str().unwrap_or(""),
         );
         let (bytes, shared) = slim::project_marked(&slim::POD, raw).expect("projects");
         SIBLINGS.with(|siblings| segments.slim(bytes, &shared, siblings, &key))
@@ -302,7 +302,7 @@ mod tests {
             .iter()
             .enumerate()
             .map(|(i, raw)| {
-                let key: Key = ("ns".into(), format!("web-5d8f-{i:05}"));
+                let key: Key = ("ns".into(), format!("web-5d8f-{i:05}").into());
                 let (bytes, shared) = slim::project_marked(&slim::POD, raw).expect("projects");
                 segments.slim(bytes, &shared, &siblings, &key)
             })

@@ -485,13 +485,13 @@ impl Shared {
                         };
                         let obj = StoredObject {
                             kind,
-                            key: ObjectKey::new(&entry.key.0, &entry.key.1),
+                            key: ObjectKey::of_entry(&entry.key),
                             stored: Stored::from_parts(entry.clone(), slim.clone()),
                         };
                         self.update(kind, |index| index.apply(obj));
                     }
                     Change::Remove(deleted) => {
-                        let key = ObjectKey::new(&deleted.key.0, &deleted.key.1);
+                        let key = ObjectKey::of_entry(&deleted.key);
                         self.update(kind, |index| index.delete(kind, &key));
                     }
                 }
@@ -516,13 +516,12 @@ impl Shared {
                 .filter_map(|i| {
                     Some(StoredObject {
                         kind,
-                        key: ObjectKey::new(&i.entry.key.0, &i.entry.key.1),
+                        key: ObjectKey::of_entry(&i.entry.key),
                         stored: Stored::from_parts(i.entry.clone(), i.slim.clone()?),
                     })
                 })
                 .collect();
-            let keep_keys: Vec<ObjectKey> =
-                keep.iter().map(|k| ObjectKey::new(&k.0, &k.1)).collect();
+            let keep_keys: Vec<ObjectKey> = keep.iter().map(ObjectKey::of_entry).collect();
             self.update(kind, |index| index.reset(kind, objects, &keep_keys));
         }
         let stats = self
@@ -546,7 +545,7 @@ impl Shared {
                 let entries = objects.iter().map(|o| o.stored.ingested()).collect();
                 let keep = keep
                     .into_iter()
-                    .map(|k| (k.namespace.to_string(), k.name.to_string()))
+                    .map(|k| (k.namespace.clone(), k.name.clone()))
                     .collect();
                 let rv = self.cache.resource_version(r) + 1;
                 self.swap(r, rv, entries, keep);

@@ -403,11 +403,11 @@ impl Feed {
         }
         let m: Meta = serde_json::from_slice(raw).ok()?;
         let ns = if self.resource.namespaced {
-            m.metadata.namespace
+            m.metadata.namespace.as_str()
         } else {
-            String::new()
+            ""
         };
-        (!m.metadata.name.is_empty()).then_some((ns, m.metadata.name))
+        (!m.metadata.name.is_empty()).then(|| kube_face::log::key(ns, &m.metadata.name))
     }
 
     /// Applies a burst of watch events (see `Cache::apply`).

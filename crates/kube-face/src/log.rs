@@ -19,7 +19,27 @@ use crate::resource::Resource;
 
 /// (namespace, name); namespace is "" for cluster-scoped resources. Ordered as the apiserver lists:
 /// by namespace, then name.
-pub type Key = (String, String);
+/// NB: `ArcStr`s (one word each), so that a consumer keying its own maps by the same object (herald's
+/// discovery) shares these strings rather than copying them, and objects of one namespace share
+/// its string (`key`): ~100 bytes an object at `k8s-limits` (DESIGN-NOTES section 11).
+pub type Key = (arcstr::ArcStr, arcstr::ArcStr);
+
+/// The key of `name` in `namespace`. The namespace string is the one the calling thread made its
+/// previous key with when equal: objects come listed namespace by namespace, so the ~100 namespaces
+/// of `k8s-limits` are a handful of copies, not one per object.
+pub fn key(namespace: &str, name: &str) -> Key {
+    thread_local! {
+        static LAST: std::cell::RefCell<arcstr::ArcStr> =
+            const { std::cell::RefCell::new(arcstr::ArcStr::new()) };
+    }
+    let namespace = LAST.with_borrow_mut(|last| {
+        if last.as_str() != namespace {
+            *last = arcstr::ArcStr::from(namespace);
+        }
+        last.clone()
+    });
+    (namespace, arcstr::ArcStr::from(name))
+}
 
 /// One stored version of an object.
 #[derive(Debug)]
@@ -100,8 +120,8 @@ impl Entry {
     /// The value of a field for field selectors; `None` for fields this resource does not index.
     pub fn field(&self, field: &str) -> Option<String> {
         match field {
-            "metadata.name" => Some(self.key.1.clone()),
-            "metadata.namespace" => Some(self.key.0.clone()),
+            "metadata.name" => Some(self.key.1.to_string()),
+            "metadata.namespace" => Some(self.key.0.to_string()),
             f => self.fields.get(f).map(str::to_string),
         }
     }
@@ -390,9 +410,9 @@ impl ResourceLog {
     }
 
     pub fn get_parts(&self, namespace: &str, name: &str) -> Option<&Arc<Entry>> {
-        // NB: BTreeMap<(String, String)> cannot be probed with borrowed parts; objects per namespace
-        // are few enough that a range scan would cost more than this allocation.
-        self.get(&(namespace.to_string(), name.to_string()))
+        // NB: a set ordered by (ArcStr, ArcStr) cannot be probed with borrowed parts; objects per
+        // namespace are few enough that a range scan would cost more than this allocation.
+        self.get(&key(namespace, name))
     }
 
     /// Current objects in key order.
@@ -631,7 +651,7 @@ impl ResourceLog {
         let lower = match after {
             Some(k) => Bound::Excluded(k.clone()),
             None => match ns {
-                Some(ns) => Bound::Included((ns.to_string(), String::new())),
+                Some(ns) => Bound::Included((ns.into(), arcstr::ArcStr::new())),
                 None => Bound::Unbounded,
             },
         };
@@ -782,7 +802,10 @@ mod tests {
         let all = |_: &Entry| true;
         let at = |rv| log.list(4, None, ListAt::Exact(rv), None, None, None, &all);
         let names = |p: Page| -> Vec<(String, u64)> {
-            p.items.iter().map(|e| (e.key.1.clone(), e.rv)).collect()
+            p.items
+                .iter()
+                .map(|e| (e.key.1.to_string(), e.rv))
+                .collect()
         };
         assert_eq!(names(at(4).expect("now")), vec![("x".into(), 3)]);
         assert_eq!(
@@ -882,7 +905,10 @@ mod tests {
             .list(6, None, ListAt::Latest, None, Some(1), Some("n1"), &n1)
             .unwrap();
         let remaining = page.remaining;
-        assert_eq!((names(page), remaining), (vec!["b".to_string()], 1));
+        assert_eq!(
+            (names(page), remaining),
+            (vec![arcstr::ArcStr::from("b")], 1)
+        );
         // Every answer equals the unindexed scan's.
         for (node, at) in [
             ("n1", ListAt::Latest),

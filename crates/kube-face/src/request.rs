@@ -294,10 +294,7 @@ pub fn decode_continue(token: &str) -> Result<(u64, Key), ApiError> {
     let (Some(rv), Some(ns), Some(name)) = (parts.next(), parts.next(), parts.next()) else {
         return Err(bad());
     };
-    Ok((
-        rv.parse().map_err(|_| bad())?,
-        (ns.to_string(), name.to_string()),
-    ))
+    Ok((rv.parse().map_err(|_| bad())?, crate::log::key(ns, name)))
 }
 
 /// Whether an entry passes a request's selectors.
@@ -380,7 +377,7 @@ mod tests {
 
     #[test]
     fn continue_tokens_round_trip_and_reject_garbage() {
-        let key = ("ns".to_string(), "a.b".to_string());
+        let key = crate::log::key("ns", "a.b");
         assert_eq!(
             decode_continue(&encode_continue(42, &key)).expect("valid"),
             (42, key)
@@ -390,7 +387,7 @@ mod tests {
 
     #[test]
     fn continue_tokens_keep_the_shard_selector() {
-        let key = ("ns".to_string(), "a".to_string());
+        let key = crate::log::key("ns", "a");
         let sel = ShardSelector::parse(&crate::shard::shard_selector_text(3, 7)).expect("valid");
         let token = encode_continue_in_shard(9, &key, Some(&sel));
         assert_eq!(decode_continue(&token).expect("valid"), (9, key.clone()));

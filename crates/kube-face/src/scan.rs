@@ -129,10 +129,9 @@ pub fn head_with(resource: &Resource, raw: &[u8], want: Wanted) -> Result<Head, 
         .name
         .filter(|n| !n.is_empty())
         .ok_or(ScanError::MissingName)?;
-    let ns = if resource.namespaced {
-        h.metadata.namespace.unwrap_or_default().into_owned()
-    } else {
-        String::new()
+    let ns = match &h.metadata.namespace {
+        Some(ns) if resource.namespaced => ns.as_ref(),
+        _ => "",
     };
     let rv = match h.metadata.resource_version.as_deref() {
         None | Some("") => 0,
@@ -176,7 +175,7 @@ pub fn head_with(resource: &Resource, raw: &[u8], want: Wanted) -> Result<Head, 
         fields = Fields::new(resource.extra_fields, values);
     }
     Ok(Head {
-        key: (ns, name.into_owned()),
+        key: crate::log::key(ns, &name),
         rv,
         labels,
         fields,
@@ -426,7 +425,7 @@ mod tests {
         let raw = br#"{"kind":"Pod","metadata":{"name":"web-1","namespace":"prod","resourceVersion":"42",
             "labels":{"app":"web"}},"spec":{"nodeName":"n1","containers":[]},"status":{"phase":"Running"}}"#;
         let h = head(&pods, raw).expect("valid");
-        assert_eq!(h.key, ("prod".to_string(), "web-1".to_string()));
+        assert_eq!(h.key, crate::log::key("prod", "web-1"));
         assert_eq!(h.rv, 42);
         assert_eq!(h.labels.get("app"), Some("web"));
         assert_eq!(h.fields.get("spec.nodeName"), Some("n1"));

@@ -166,7 +166,7 @@ mod tests {
         for i in 0..50 {
             let name = format!("web-7d9f8c6b5-{i:05}");
             let raw = pod(&name, &format!("10.0.{}.{}", i / 200, i % 200));
-            let j = s.compress(&("ns".into(), name), &raw);
+            let j = s.compress(&("ns".into(), name.into()), &raw);
             kept.push((raw, j));
         }
         for (raw, j) in &kept {
@@ -213,7 +213,7 @@ mod tests {
         for i in 0..50 {
             let name = format!("web-7d9f8c6b5-{i:05}");
             let raw = pod(&name, &format!("10.0.{}.{}", i / 200, i % 200));
-            let j = s.compress(&("ns".into(), name), &raw);
+            let j = s.compress(&("ns".into(), name.into()), &raw);
             let (e, h) = proto_round_trip(&j, pod_msg, &raw);
             assert!(e.len() > 100, "a pod's protobuf: {} bytes", e.len());
             (encoded, held) = (encoded + e.len(), held + h.held_len());
@@ -238,7 +238,7 @@ mod tests {
         let mut kept = Vec::new();
         for i in 0..400u32 {
             let raw = service(i);
-            let j = s.compress(&("ns".into(), format!("svc{i}")), &raw);
+            let j = s.compress(&("ns".into(), format!("svc{i}").into()), &raw);
             let (e, h) = proto_round_trip(&j, svc_msg, &raw);
             if i >= 200 {
                 let base = j.base().expect("its own family");
@@ -274,12 +274,12 @@ mod tests {
             let name = format!("web-7d9f8c6b5-{i:05}");
             let raw = pod(&name, &format!("10.0.0.{i}"));
             let entry = crate::log::Entry {
-                key: ("ns".into(), name.clone()),
+                key: ("ns".into(), name.as_str().into()),
                 rv: 1,
                 labels: crate::packed::Labels::new(),
                 fields: crate::packed::Fields::default(),
                 uid_hash: 0,
-                bytes: s.compress(&("ns".into(), name), &raw),
+                bytes: s.compress(&("ns".into(), name.into()), &raw),
                 proto: Default::default(),
             };
             let expected = schema.encode(pod_msg, &raw);
@@ -345,7 +345,7 @@ mod tests {
     fn bases_after_the_first_objects_are_held_against_the_resource_dictionary() {
         let s = Siblings::new();
         let objects: Vec<(Key, Vec<u8>)> = (0..400u32)
-            .map(|i| (("ns".into(), format!("svc{i}")), service(i)))
+            .map(|i| (("ns".into(), format!("svc{i}").into()), service(i)))
             .collect();
         let kept: Vec<Json> = objects.iter().map(|(k, raw)| s.compress(k, raw)).collect();
         let dict = s.dict().expect("a dictionary after the first objects");

@@ -182,13 +182,13 @@ impl Store {
             (Some(_), true) => {
                 return Err(StoreError::AlreadyExists {
                     plural: kind.plural().into(),
-                    name: key.1,
+                    name: key.1.to_string(),
                 });
             }
             (None, false) => {
                 return Err(StoreError::NotFound {
                     plural: kind.plural().into(),
-                    name: key.1,
+                    name: key.1.to_string(),
                 });
             }
             (Some(old), false) => {
@@ -199,7 +199,7 @@ impl Store {
                 if !sent.is_empty() && sent != old.rv.to_string() {
                     return Err(StoreError::Conflict {
                         plural: kind.plural().into(),
-                        name: key.1,
+                        name: key.1.to_string(),
                     });
                 }
             }
@@ -212,7 +212,7 @@ impl Store {
         {
             return Err(StoreError::NotFound {
                 plural: "namespaces".into(),
-                name: key.0,
+                name: key.0.to_string(),
             });
         }
         let writes = self.put(&mut inner, kind, value, obj.as_ref());
@@ -230,7 +230,7 @@ impl Store {
         name: &str,
         rv: Option<u64>,
     ) -> Result<Arc<Entry>, StoreError> {
-        let key = (namespace.to_string(), name.to_string());
+        let key = kube_face::log::key(namespace, name);
         let mut inner = self.write();
         let Some(old) = inner.kinds[&kind].get(&key).cloned() else {
             return Err(StoreError::NotFound {
@@ -244,7 +244,7 @@ impl Store {
                 name: name.into(),
             });
         }
-        let writes = self.remove(&mut inner, kind, key.0.clone(), key.1.clone());
+        let writes = self.remove(&mut inner, kind, key.0.to_string(), key.1.to_string());
         self.apply_locked(&mut inner, writes);
         self.commit(inner);
         Ok(old)
@@ -321,7 +321,7 @@ impl Store {
             m.insert("uid".into(), uid.into());
             m.remove("managedFields");
             if kind.namespaced() {
-                m.insert("namespace".into(), key.0.clone().into());
+                m.insert("namespace".into(), key.0.to_string().into());
             } else {
                 m.remove("namespace");
             }
@@ -354,7 +354,7 @@ impl Store {
     }
 
     fn remove(&self, inner: &mut Inner, kind: Kind, namespace: String, name: String) -> Vec<Write> {
-        let key = (namespace, name);
+        let key = kube_face::log::key(&namespace, &name);
         let Some(prev) = inner.kinds[&kind].get(&key).cloned() else {
             return vec![];
         };
@@ -581,7 +581,7 @@ pub fn key_of(kind: Kind, value: &Value) -> Result<Key, StoreError> {
     } else {
         String::new()
     };
-    Ok((ns, name.to_string()))
+    Ok(kube_face::log::key(&ns, name))
 }
 
 fn mk_uid(seq: u64) -> String {
