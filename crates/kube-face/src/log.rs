@@ -21,7 +21,7 @@ use crate::resource::Resource;
 /// by namespace, then name.
 /// NB: `ArcStr`s (one word each), so that a consumer keying its own maps by the same object (herald's
 /// discovery) shares these strings rather than copying them, and objects of one namespace share
-/// its string (`key`): ~100 bytes an object at `k8s-limits` (DESIGN-NOTES section 11).
+/// its string (`key`); measured in DESIGN-NOTES section 11 ("object keys shared").
 pub type Key = (arcstr::ArcStr, arcstr::ArcStr);
 
 /// The key of `name` in `namespace`. The namespace string is the one the calling thread made its
