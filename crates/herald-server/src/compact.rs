@@ -92,10 +92,8 @@ impl PackedId {
 
 impl std::fmt::Display for PackedId {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let mut text = Vec::with_capacity(80);
-        self.write_text(&mut text);
-        // Runtime names and hex digits are ASCII.
-        f.write_str(std::str::from_utf8(&text).map_err(|_| std::fmt::Error)?)
+        write!(f, "{}://", RUNTIMES[self.runtime as usize])?;
+        self.digest.iter().try_for_each(|b| write!(f, "{b:02x}"))
     }
 }
 
@@ -199,6 +197,33 @@ fn block_hash(hasher: &foldhash::fast::RandomState, pairs: &[(Sym, Sym)]) -> u64
     h.finish()
 }
 
+/// What an interner's content-hashed tables (strings, container ids) rehash their entries by.
+trait Hashed {
+    fn hash_with(&self, hasher: &foldhash::fast::RandomState) -> u64;
+}
+
+impl Hashed for Sym {
+    fn hash_with(&self, hasher: &foldhash::fast::RandomState) -> u64 {
+        hasher.hash_one(self.as_str())
+    }
+}
+
+impl Hashed for Id {
+    fn hash_with(&self, hasher: &foldhash::fast::RandomState) -> u64 {
+        hasher.hash_one(**self)
+    }
+}
+
+/// Keeps the entries of every shard that `keep` accepts.
+fn retain<T>(shards: &mut [Shard<T>], mut keep: impl FnMut(&T) -> bool) {
+    for shard in shards.iter_mut() {
+        shard
+            .get_mut()
+            .unwrap_or_else(PoisonError::into_inner)
+            .retain(|t| keep(t));
+    }
+}
+
 /// Tables an interner splits its strings and its blocks between, by hash: the index's build workers
 /// intern concurrently, and a lock per shard keeps them from waiting on each other.
 const SHARDS: usize = 16;
@@ -250,34 +275,37 @@ impl Default for Interner {
 impl Interner {
     pub fn sym(&self, s: &str) -> Sym {
         let hash = self.hasher.hash_one(s);
-        let mut table = lock(&self.syms, hash);
-        if let Some(sym) = table.find(hash, |sym| **sym == *s) {
-            return sym.clone();
-        }
-        let sym = Sym::from(s);
-        table.insert_unique(hash, sym.clone(), |sym| self.hasher.hash_one(&**sym));
-        sym
+        self.find_or_insert(&self.syms, hash, |sym| **sym == *s, || Sym::from(s))
     }
 
     /// `s` interned as it is: it becomes the interned string when none equal is, so that an object's
     /// key (shared with the face's entry) and the label values naming the object are one allocation.
     pub fn adopt(&self, s: &Sym) {
         let hash = self.hasher.hash_one(s.as_str());
-        let mut table = lock(&self.syms, hash);
-        if table.find(hash, |sym| **sym == **s).is_none() {
-            table.insert_unique(hash, s.clone(), |sym| self.hasher.hash_one(&**sym));
-        }
+        self.find_or_insert(&self.syms, hash, |sym| **sym == **s, || s.clone());
     }
 
     fn id(&self, id: PackedId) -> Id {
         let hash = self.hasher.hash_one(id);
-        let mut table = lock(&self.ids, hash);
-        if let Some(found) = table.find(hash, |found| **found == id) {
+        self.find_or_insert(&self.ids, hash, |found| **found == id, || Id::new(id))
+    }
+
+    /// The entry of `shards` equal to what `same` looks for, else `make()` inserted. Strings and
+    /// container ids hash by content (`Hashed`), so the table rehashes them as they were hashed.
+    fn find_or_insert<T: Clone + Hashed>(
+        &self,
+        shards: &[Shard<T>],
+        hash: u64,
+        same: impl Fn(&T) -> bool,
+        make: impl FnOnce() -> T,
+    ) -> T {
+        let mut table = lock(shards, hash);
+        if let Some(found) = table.find(hash, same) {
             return found.clone();
         }
-        let found = Id::new(id);
-        table.insert_unique(hash, found.clone(), |found| self.hasher.hash_one(**found));
-        found
+        let made = make();
+        table.insert_unique(hash, made.clone(), |t| t.hash_with(&self.hasher));
+        made
     }
 
     fn block(&self, pairs: &[(Sym, Sym)]) -> Block {
@@ -375,19 +403,12 @@ impl Interner {
             return;
         }
         // Blocks first: a dropped block releases its strings.
-        for shard in self.blocks.iter_mut() {
-            let table = shard.get_mut().unwrap_or_else(PoisonError::into_inner);
-            table.retain(|b| !b.unused());
-        }
-        for shard in self.syms.iter_mut() {
-            let table = shard.get_mut().unwrap_or_else(PoisonError::into_inner);
-            // A static string (arcstr's empty one) is never dropped, nor counted.
-            table.retain(|s| Sym::strong_count(s).is_none_or(|n| n > 1));
-        }
-        for shard in self.ids.iter_mut() {
-            let table = shard.get_mut().unwrap_or_else(PoisonError::into_inner);
-            table.retain(|id| !id.is_unique());
-        }
+        retain(&mut self.blocks, |b| !b.unused());
+        // A static string (arcstr's empty one) is never dropped, nor counted.
+        retain(&mut self.syms, |s| {
+            Sym::strong_count(s).is_none_or(|n| n > 1)
+        });
+        retain(&mut self.ids, |id| !id.is_unique());
         self.swept = self.len();
     }
 
