@@ -16,6 +16,7 @@ pub mod pace;
 pub mod procfs;
 pub mod procs;
 pub mod scan;
+pub mod sizing;
 pub mod soak;
 pub mod watchers;
 pub mod wire;

@@ -216,6 +216,22 @@ fn steady(o: &mut String, d: &Value) {
         fmt(n(&m["hot_bytes_held"]).map(|b| b / 1e6), 1),
         w["attached"], w["events"], w["refused_429"],
     ));
+    let z = &d["sizing"];
+    if z.is_object() {
+        o.push_str(&format!(
+            "\nThe README's sizing for this load (objects {} MiB, bodies {} MiB, watchers {} MiB): request {} MiB, \
+             limit {} MiB. Steady peak within the request: {}; high-water mark ({} MiB, the first sync's \
+             included) within the limit: {}.\n",
+            fmt(n(&z["objects_mib"]), 0),
+            fmt(n(&z["bodies_mib"]), 0),
+            fmt(n(&z["watchers_mib"]), 0),
+            fmt(n(&z["request_mib"]), 0),
+            fmt(n(&z["limit_mib"]), 0),
+            yes_no(&z["steady_peak_within_request"]),
+            fmt(n(&h["peak_rss_hwm_mib"]), 0),
+            yes_no(&z["hwm_within_limit"]),
+        ));
+    }
 }
 
 fn yes_no(v: &Value) -> &'static str {
@@ -360,7 +376,9 @@ fn restart(o: &mut String, d: &Value) {
         "\nGoal (issue 22): every informer resynced within {} s: {}; none gave up: {}; each kind listed \
          once upstream (one full sync per kind, at most one LIST): {}; body bytes held within the body budget ({} MB held at most, budget {} MB): {}; \
          peak RSS within the body budget ({} MiB): {} — the budget bounds the encoded bodies herald \
-         holds, not its whole RSS (the cache of every object, the indexes and the watchers are outside it).\n",
+         holds, not its whole RSS (the cache of every object, the indexes and the watchers are outside it); \
+         peak RSS within the limit the README's sizing formula gives this load ({} MiB: objects {} MiB, \
+         watchers {} MiB, the body budget): {}.\n",
         g["seconds"],
         yes_no(&g["all_resynced_within"]),
         yes_no(&g["none_gave_up"]),
@@ -370,6 +388,10 @@ fn restart(o: &mut String, d: &Value) {
         yes_no(&g["body_bytes_held_within_budget"]),
         fmt(n(&g["peak_rss_mib"]), 0),
         yes_no(&g["peak_rss_within_budget"]),
+        fmt(n(&g["sizing"]["limit_mib"]), 0),
+        fmt(n(&g["sizing"]["objects_mib"]), 0),
+        fmt(n(&g["sizing"]["watchers_mib"]), 0),
+        yes_no(&g["peak_rss_within_sizing_limit"]),
     ));
 }
 
