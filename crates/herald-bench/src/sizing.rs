@@ -102,27 +102,21 @@ mod tests {
     /// The deploy manifests' example: 50,000 pods, SD only, one shard scheme, the default budget.
     #[test]
     fn the_manifests_example() {
-        let s = Load {
+        let load = Load {
             pods: 50_000,
             face: false,
             watches: 0,
             shard_schemes: 1,
             body_budget_bytes: 384 << 20,
-        }
-        .sizing();
+        };
+        let s = load.sizing();
         assert!((s.objects - 191.0).abs() < 1.0, "{s:?}");
         assert!((s.bodies - 43.9).abs() < 0.1, "{s:?}");
         assert!((s.limit - (1.25 * s.objects + 384.0)).abs() < 1e-9, "{s:?}");
         // Bodies never count for more than the budget.
         let many = Load {
             shard_schemes: 100,
-            ..Load {
-                pods: 50_000,
-                face: false,
-                watches: 0,
-                shard_schemes: 1,
-                body_budget_bytes: 384 << 20,
-            }
+            ..load
         }
         .sizing();
         assert_eq!(many.bodies, 384.0);
