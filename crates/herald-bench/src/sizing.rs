@@ -44,6 +44,19 @@ pub const WATCH_KIB: f64 = 36.0;
 pub const MARGIN: f64 = 1.25;
 
 impl Load {
+    /// The load of the steady-state and restart benchmarks: `k8s-limits`' shape at `pods`, the
+    /// Kubernetes API face on with `watches` open, the shard consumers on one scheme (the gzip
+    /// consumers poll the same shards), herald's body budget.
+    pub fn benchmark(pods: u64, watches: u64, body_budget_bytes: u64) -> Load {
+        Load {
+            pods,
+            face: true,
+            watches,
+            shard_schemes: 1,
+            body_budget_bytes,
+        }
+    }
+
     pub fn sizing(&self) -> Sizing {
         let per_pod = POD_KIB + if self.face { FACE_POD_KIB } else { 0.0 };
         let objects = BASE_MIB + self.pods as f64 * per_pod / 1024.0;

@@ -507,15 +507,13 @@ pub async fn run(env: &Env, plan: &Plan) -> anyhow::Result<Value> {
                 relists[kind].as_f64() == Some(1.0) && c["lists"].as_f64().is_some_and(|l| l <= 1.0)
             })
     });
-    // The README's sizing for this load: the informers' watches, the steady state's consumers (one
-    // shard scheme); the limit is what the manifests would have the pod killed above.
-    let sizing = herald_bench::sizing::Load {
-        pods: plan.spec.pods(),
-        face: true,
-        watches: plan.watchers as u64,
-        shard_schemes: 1,
-        body_budget_bytes: budget.unwrap_or(0.0) as u64,
-    }
+    // The README's sizing for this load (the informers' watches); the limit is what the manifests
+    // would have the pod killed above.
+    let sizing = herald_bench::sizing::Load::benchmark(
+        plan.spec.pods(),
+        plan.watchers as u64,
+        budget.unwrap_or(0.0) as u64,
+    )
     .sizing();
     // herald runs with its default admission (the bench sets none).
     let admission = herald_server::state::KubeApiOptions::default();

@@ -288,16 +288,13 @@ pub async fn run(env: &Env, plan: &Plan) -> anyhow::Result<Value> {
         "herald_sync_over_yardstick":
             div(herald_after_sync["sync_seconds"].as_f64(), yardstick["seconds"].as_f64()),
     });
-    // The README's sizing for this load (one shard scheme: the gzip consumers poll the same shards),
-    // and whether it holds what was measured: the steady peak within the request, the high-water mark
-    // (the first sync's included) within the limit.
-    let sizing = herald_bench::sizing::Load {
-        pods: plan.spec.pods(),
-        face: true,
-        watches: plan.watchers as u64,
-        shard_schemes: 1,
-        body_budget_bytes: metrics["body_budget_bytes"].as_f64().unwrap_or(0.0) as u64,
-    }
+    // The README's sizing for this load, and whether it holds what was measured: the steady peak
+    // within the request, the high-water mark (the first sync's included) within the limit.
+    let sizing = herald_bench::sizing::Load::benchmark(
+        plan.spec.pods(),
+        plan.watchers as u64,
+        metrics["body_budget_bytes"].as_f64().unwrap_or(0.0) as u64,
+    )
     .sizing();
     let mut sized = sizing.json();
     sized["steady_peak_within_request"] =
