@@ -56,4 +56,4 @@ pub use serve::{
 pub use snapshot::{Encoded, Shard};
 pub use state::Shared;
 pub use state::{DEFAULT_WATCH_BATCH, KubeApiOptions};
-pub use upstream::InitialList;
+pub use upstream::{Compression as UpstreamCompression, InitialList};

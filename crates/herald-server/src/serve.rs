@@ -26,6 +26,8 @@ pub struct ServeOptions {
     /// Must be a loopback or otherwise intended address; tests and the demo use `127.0.0.1:0`.
     pub listen: SocketAddr,
     pub initial_list: InitialList,
+    /// Whether lists and watches are asked for gzip-compressed.
+    pub upstream_compression: upstream::Compression,
     pub user_agent: String,
     /// The Kubernetes API face, when it is on.
     pub kube: Option<KubeServeOptions>,
@@ -52,6 +54,7 @@ impl Default for ServeOptions {
         ServeOptions {
             listen: SocketAddr::from(([127, 0, 0, 1], 0)),
             initial_list: InitialList::Auto,
+            upstream_compression: upstream::Compression::default(),
             user_agent: USER_AGENT.to_string(),
             kube: None,
             security: Security::default(),
@@ -489,15 +492,24 @@ impl Herald {
         let listener = bind(options.listen).await?;
         let addr = local_addr(&listener, options.listen)?;
         let shutdown = shared.shutdown_token().clone();
-        let (feed_shared, feed_stop, mode) =
-            (shared.clone(), shutdown.clone(), options.initial_list);
+        let (feed_shared, feed_stop, mode, compression) = (
+            shared.clone(),
+            shutdown.clone(),
+            options.initial_list,
+            options.upstream_compression,
+        );
         let (streaming, mut tasks) = upstream_rt
             .handle()
             .spawn(async move {
                 let streaming = upstream::use_streaming(&client, mode).await;
                 (
                     streaming,
-                    upstream::spawn(client, feed_shared, streaming, feed_stop),
+                    upstream::spawn(
+                        upstream::Upstream::new(client, compression),
+                        feed_shared,
+                        streaming,
+                        feed_stop,
+                    ),
                 )
             })
             .await

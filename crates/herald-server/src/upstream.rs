@@ -27,6 +27,9 @@ use crate::cluster::{Projection, WatchKind};
 use crate::metrics::{EventLabels, Metrics};
 use crate::state::Shared;
 
+pub mod transport;
+pub use transport::{Compression, Upstream};
+
 /// How the first list of each resource is fetched.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum InitialList {
@@ -55,10 +58,14 @@ const MAX_BURST: usize = 1000;
 const PAGE_SIZE: usize = 500;
 
 /// A kube client that sends `user_agent`.
+///
+/// NB: built with compression off: herald asks for gzip and decodes it itself
+/// (`transport`), since kube-rs's decoder reads only the first member of a multi-member gzip body.
 pub fn client(mut config: kube::Config, user_agent: &str) -> Result<kube::Client, UpstreamError> {
     let ua = http::HeaderValue::from_str(user_agent)
         .map_err(|_| UpstreamError::UserAgent(user_agent.to_string()))?;
     config.headers.push((http::header::USER_AGENT, ua));
+    config.disable_compression = true;
     kube::Client::try_from(config).map_err(UpstreamError::Client)
 }
 
@@ -87,7 +94,7 @@ pub async fn use_streaming(client: &kube::Client, mode: InitialList) -> bool {
 
 /// Spawns one feed per served resource. They run until `shutdown` is cancelled.
 pub fn spawn(
-    client: kube::Client,
+    upstream: Upstream,
     shared: Arc<Shared>,
     streaming: bool,
     shutdown: CancellationToken,
@@ -103,7 +110,7 @@ pub fn spawn(
                 r,
                 kind: shared.cache.get(r).watch_kind,
                 resource,
-                client: client.clone(),
+                upstream: upstream.clone(),
                 shared: shared.clone(),
                 streaming,
                 siblings: Siblings::new(),
@@ -208,7 +215,7 @@ struct Feed {
     r: ResId,
     kind: Option<WatchKind>,
     resource: Resource,
-    client: kube::Client,
+    upstream: Upstream,
     shared: Arc<Shared>,
     streaming: bool,
     /// The bases the face's JSON of this resource is compressed against (`kube_face::siblings`).
@@ -454,21 +461,17 @@ impl Feed {
                 url.push_str("&continue=");
                 url.push_str(&encode_query(t));
             }
-            let req = match http::Request::get(&url).body(Vec::new()) {
-                Ok(r) => r,
-                Err(e) => return Outcome::Failed(Phase::List, e.to_string()),
-            };
             self.shared
                 .metrics
                 .upstream_lists
                 .get_or_create(&self.labels())
                 .inc();
-            let body = match self.client.request_text(req).await {
+            let body = match self.upstream.get_bytes(&url).await {
                 Ok(b) => b,
                 Err(e) => return Outcome::Failed(Phase::List, format!("list {url}: {e}")),
             };
             self.received(body.len());
-            let page: ListPage = match serde_json::from_str(&body) {
+            let page: ListPage = match serde_json::from_slice(&body) {
                 Ok(p) => p,
                 Err(e) => return Outcome::Failed(Phase::List, format!("list {url}: {e}")),
             };
@@ -526,11 +529,7 @@ impl Feed {
             }
         }
         let resume = |rv: Option<u64>| rv.map_or(Phase::List, Phase::Watch);
-        let req = match http::Request::get(&url).body(Vec::new()) {
-            Ok(r) => r,
-            Err(e) => return Outcome::Failed(resume(from), e.to_string()),
-        };
-        let mut stream = match self.client.request_stream(req).await {
+        let mut stream = match self.upstream.get(&url).await {
             Ok(s) => s,
             Err(kube::Error::Api(s)) if s.code == 410 => {
                 tracing::info!("watch version expired upstream (410); relisting");
@@ -1006,7 +1005,12 @@ mod tests {
         );
         let client = client(kube::Config::new(url.parse().expect("url")), "test").expect("client");
         let stop = CancellationToken::new();
-        let tasks = spawn(client, shared.clone(), streaming, stop.clone());
+        let tasks = spawn(
+            Upstream::new(client, Compression::default()),
+            shared.clone(),
+            streaming,
+            stop.clone(),
+        );
         (shared, stop, tasks)
     }
 

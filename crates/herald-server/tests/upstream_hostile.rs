@@ -38,7 +38,12 @@ async fn feed(
     let client =
         upstream::client(kube::Config::new(url.parse().expect("url")), "test").expect("client");
     let stop = CancellationToken::new();
-    let tasks = upstream::spawn(client, shared.clone(), false, stop.clone());
+    let tasks = upstream::spawn(
+        upstream::Upstream::new(client, upstream::Compression::default()),
+        shared.clone(),
+        false,
+        stop.clone(),
+    );
     (shared, stop, tasks)
 }
 

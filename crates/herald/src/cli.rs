@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
-use herald_server::InitialList;
+use herald_server::{InitialList, UpstreamCompression};
 
 #[derive(Debug, Parser)]
 #[command(
@@ -85,6 +85,24 @@ pub enum InitialListArg {
     List,
 }
 
+/// Whether herald asks its upstream for compressed responses.
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub enum CompressionArg {
+    /// `Accept-Encoding: identity`.
+    None,
+    /// `Accept-Encoding: gzip`; every member of a multi-member body is decoded.
+    Gzip,
+}
+
+impl From<CompressionArg> for UpstreamCompression {
+    fn from(a: CompressionArg) -> UpstreamCompression {
+        match a {
+            CompressionArg::None => UpstreamCompression::Identity,
+            CompressionArg::Gzip => UpstreamCompression::Gzip,
+        }
+    }
+}
+
 impl From<InitialListArg> for InitialList {
     fn from(a: InitialListArg) -> InitialList {
         match a {
@@ -147,8 +165,13 @@ pub struct ServeArgs {
     /// service-account namespace file, as Prometheus reads it).
     #[arg(long, value_name = "NAME", env = "POD_NAMESPACE")]
     pub namespace: Option<String>,
+    /// How the first list of each kind is read from the apiserver.
     #[arg(long, value_enum, default_value_t = InitialListArg::Auto)]
     pub initial_list: InitialListArg,
+    /// Whether herald asks the apiserver for gzip-compressed lists and watches. `none` spends no
+    /// apiserver CPU on compressing herald's streams; `gzip` sends fewer bytes, as client-go does.
+    #[arg(long, value_enum, default_value_t = CompressionArg::None)]
+    pub upstream_compression: CompressionArg,
     /// Serve a read-only Kubernetes API (list/watch from herald's cache) here; overrides
     /// `kube_api.listen` in the config file.
     #[arg(long, value_name = "ADDR")]

@@ -38,6 +38,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
         ServeOptions {
             listen,
             initial_list: args.initial_list.into(),
+            upstream_compression: args.upstream_compression.into(),
             user_agent: USER_AGENT.to_string(),
             kube,
             security,

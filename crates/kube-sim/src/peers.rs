@@ -4,6 +4,7 @@
 
 use std::path::PathBuf;
 
+pub mod controlplane;
 pub mod kubectl;
 pub mod process;
 pub mod shardjudge;
