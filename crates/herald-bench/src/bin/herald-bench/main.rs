@@ -16,6 +16,7 @@ mod load;
 mod loadgen;
 mod plot;
 mod propagation;
+mod realcp;
 mod report;
 mod restart;
 mod serving;
@@ -42,7 +43,7 @@ struct Cli {
 #[derive(Debug, Subcommand)]
 enum Cmd {
     /// Run the suite and write results.json, RESULTS.md's suite section and the scaling SVG.
-    Suite(SuiteArgs),
+    Suite(Box<SuiteArgs>),
     /// Serve one herald body from memory (the serving section's limit).
     StaticServer(static_server::StaticArgs),
     /// The fault soak alone: churn, a fault every interval, consumers on every job; writes soak.json
@@ -128,6 +129,9 @@ enum Section {
     /// herald killed and restarted under 10,000 informers (issue 22): only when named
     /// (`--only restart`).
     Restart,
+    /// The real control plane's cost, direct versus through herald: only when named
+    /// (`--only realcp`); needs `peers/build`.
+    Realcp,
 }
 
 impl Section {
@@ -140,6 +144,7 @@ impl Section {
             Section::Soak => "soak",
             Section::Steady => "steady",
             Section::Restart => "restart",
+            Section::Realcp => "realcp",
         }
     }
 }
@@ -198,6 +203,12 @@ struct SuiteArgs {
     /// The restart section's baseline before the kill, seconds [default: 10; 3 with --quick].
     #[arg(long)]
     restart_baseline_seconds: Option<f64>,
+    /// The realcp section's scale of k8s-limits [default: 0.1; the small preset with --quick].
+    #[arg(long)]
+    realcp_scale: Option<f64>,
+    /// The realcp section's consumer counts [default: 1,10,50,100; 1,3 with --quick].
+    #[arg(long, value_delimiter = ',')]
+    realcp_consumers: Option<Vec<usize>>,
 }
 
 fn sh(cmd: &str, args: &[&str]) -> Option<String> {
@@ -463,6 +474,25 @@ async fn suite(args: SuiteArgs) -> anyhow::Result<()> {
                 };
                 restart::run(&env, &plan).await
             }
+            Section::Realcp => {
+                let plan = realcp::Plan {
+                    preset: if q { "small" } else { "k8s-limits" },
+                    scale: if q {
+                        1.0
+                    } else {
+                        args.realcp_scale.unwrap_or(0.1)
+                    },
+                    seed: 11,
+                    consumers: args.realcp_consumers.clone().unwrap_or(if q {
+                        vec![1, 3]
+                    } else {
+                        vec![1, 10, 50, 100]
+                    }),
+                    churn_rate: 8.0,
+                    churn_seconds: if q { 5.0 } else { 30.0 },
+                };
+                realcp::run(&env, &plan).await
+            }
         };
         let mut meta = meta_base;
         meta["seconds"] = json!(started.elapsed().as_secs_f64());
@@ -561,7 +591,7 @@ fn write_all(doc: &Value, out: &Path) -> anyhow::Result<()> {
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     match Cli::parse().command {
-        Cmd::Suite(a) => suite(a).await,
+        Cmd::Suite(a) => suite(*a).await,
         Cmd::StaticServer(a) => static_server::serve(a).await,
         Cmd::Soak(a) => soak_alone(a).await,
     }

@@ -12,7 +12,7 @@ pub const END: &str = "<!-- herald-bench suite: end -->";
 
 /// The sections, in order: (key, title). The soak, the steady state and the restart run only when
 /// named (`--only soak`).
-pub const SECTIONS: [(&str, &str); 7] = [
+pub const SECTIONS: [(&str, &str); 8] = [
     ("discovery", "1. Discovery cost versus a real peer"),
     (
         "control",
@@ -23,6 +23,10 @@ pub const SECTIONS: [(&str, &str); 7] = [
     ("soak", "5. Fault soak"),
     ("steady", "6. Steady state beside vmagent"),
     ("restart", "7. A restart in the steady state"),
+    (
+        "realcp",
+        "8. The real control plane, direct versus through herald",
+    ),
 ];
 
 fn n(v: &Value) -> Option<f64> {
@@ -77,6 +81,12 @@ pub fn markdown(doc: &Value) -> String {
             );
             continue;
         }
+        if s.is_null() && key == "realcp" {
+            o.push_str(
+                "Runs only when named: `bench/run --only realcp` (needs `peers/build`; `--realcp-scale S`, `--realcp-consumers 1,10,50,100`).\n",
+            );
+            continue;
+        }
         if s.is_null() {
             o.push_str("Not run yet.\n");
             continue;
@@ -109,6 +119,7 @@ pub fn markdown(doc: &Value) -> String {
             "soak" => soak(&mut o, d),
             "steady" => steady(&mut o, d),
             "restart" => restart(&mut o, d),
+            "realcp" => realcp(&mut o, d),
             _ => propagation(&mut o, d),
         }
     }
@@ -547,6 +558,160 @@ fn control(o: &mut String, d: &Value) {
             fmt(n(&r["watches_open"]), 1),
             fmt(n(&r["watch_events"]), 1),
             fmt(n(&r["cpu_seconds"]), 1),
+        ));
+    }
+}
+
+fn realcp(o: &mut String, d: &Value) {
+    let m = &d["memory"];
+    let hs = &d["herald_start"];
+    o.push_str(&format!(
+        "etcd 3.7.0, kube-apiserver and kube-controller-manager v1.37.2 (`peers/build`) on loopback, loaded with {} \
+         ({} objects through the API in {} s; EndpointSlices and Endpoints by the real controllers). One herald \
+         (jobs `pod` and `endpointslice`, its Kubernetes API face on the default kinds) attached throughout. \
+         N consumers of each shape: `promsd` (Prometheus's kubernetes_sd, role endpointslice: EndpointSlices, \
+         Services, Pods) and `proxy-informers` (N sets of kube-proxy's four informers, protobuf); through herald \
+         both read its face. Phases: **start** (all N at once until every one has synced), **churn** ({} events/s \
+         for {} s through the API, a probe PATCHing a ConfigMap every 200 ms), **restart** (all killed, all \
+         started again until synced). CPU from `/proc`; watch events, their bytes (`apiserver_watch_events_sizes`), \
+         LIST/GET bytes (`apiserver_response_sizes`), LISTs (`apiserver_request_total`) and open \
+         watches (`apiserver_longrunning_requests`) from the apiserver's own `/metrics`.\n\n\
+         herald's own start cost the apiserver {} CPU s and etcd {} CPU s ({} watch events, {} LIST/GET bytes).\n\n\
+         Memory holding the cluster: kube-apiserver {} MiB (empty: {} MiB; {} KiB a pod), herald {} MiB after its \
+         sync with the face on (empty: {} MiB; {} KiB a pod): herald / apiserver per object, each over its empty self, {}. \
+         The apiserver's figure is after a restart (its watch cache filled from its own lists).\n\n",
+        d["cluster"].as_str().unwrap_or("?"),
+        d["objects_loaded"],
+        fmt(n(&d["load_seconds"]), 1),
+        d["churn_rate"],
+        d["churn_seconds"],
+        fmt(n(&hs["apiserver_cpu_seconds"]), 2),
+        fmt(n(&hs["etcd_cpu_seconds"]), 2),
+        fmt(n(&hs["watch_events"]), 0),
+        fmt(n(&hs["response_bytes"]), 0),
+        fmt(n(&m["apiserver_loaded_mib"]), 0),
+        fmt(n(&m["apiserver_empty_mib"]), 0),
+        fmt(n(&m["apiserver_kib_per_pod"]), 2),
+        fmt(n(&m["herald_synced_mib"]), 0),
+        fmt(n(&m["herald_empty_mib"]), 0),
+        fmt(n(&m["herald_kib_per_pod"]), 2),
+        ratio(n(&m["herald_over_apiserver"])),
+    ));
+    o.push_str("herald's first sync by upstream format (median of 3 each, alternating; JSON throughout: herald does not decode the apiserver's protobuf):\n\n| initial list | compression | ready s | apiserver CPU s | herald CPU s |\n|---|---|---:|---:|---:|\n");
+    for r in d["first_sync"].as_array().into_iter().flatten() {
+        o.push_str(&format!(
+            "| {} | {} | {} | {} | {} |\n",
+            r["initial_list"].as_str().unwrap_or("?"),
+            r["compression"].as_str().unwrap_or("?"),
+            fmt(n(&r["ready_seconds"]), 2),
+            fmt(n(&r["apiserver_cpu_seconds"]), 2),
+            fmt(n(&r["herald_cpu_seconds"]), 2),
+        ));
+    }
+    o.push_str("\nThe yardstick, every pod in one LIST read and discarded (median of 3; bytes as decoded):\n\n| format | gzip | s | bytes |\n|---|---|---:|---:|\n");
+    for r in d["raw_reads"].as_array().into_iter().flatten() {
+        o.push_str(&format!(
+            "| {} | {} | {} | {} |\n",
+            r["format"].as_str().unwrap_or("?"),
+            r["gzip"],
+            fmt(n(&r["seconds"]), 3),
+            fmt(n(&r["decoded_bytes"]), 0),
+        ));
+    }
+    o.push('\n');
+    o.push_str("| N | via | phase | s | apiserver CPU s | etcd CPU s | herald CPU s | apiserver peak MiB | watch events | watch bytes | LIST/GET bytes | LISTs | write p50 / p99 ms |\n|---:|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|\n");
+    for r in d["rows"].as_array().into_iter().flatten() {
+        if let Some(e) = r["error"].as_str() {
+            o.push_str(&format!(
+                "| {} | {} | failed: {e} |||||||||||||\n",
+                r["n"],
+                r["via"].as_str().unwrap_or("?")
+            ));
+            continue;
+        }
+        for ph in ["start", "churn", "restart"] {
+            let p = &r[ph];
+            let writes = if ph == "churn" {
+                format!(
+                    "{} / {}",
+                    fmt(n(&p["probe_write_p50_ms"]), 1),
+                    fmt(n(&p["probe_write_p99_ms"]), 1)
+                )
+            } else {
+                "–".into()
+            };
+            o.push_str(&format!(
+                "| {} | {} | {ph} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {writes} |\n",
+                r["n"],
+                r["via"].as_str().unwrap_or("?"),
+                fmt(n(&p["seconds"]), 1),
+                fmt(n(&p["apiserver_cpu_seconds"]), 2),
+                fmt(n(&p["etcd_cpu_seconds"]), 2),
+                if r["via"] == "herald" {
+                    fmt(n(&p["herald_cpu_seconds"]), 2)
+                } else {
+                    "–".into()
+                },
+                fmt(n(&p["apiserver_peak_rss_mib"]), 0),
+                fmt(n(&p["watch_events"]), 0),
+                fmt(n(&p["watch_event_bytes"]), 0),
+                fmt(n(&p["response_bytes"]), 0),
+                fmt(n(&p["lists"]), 0),
+            ));
+        }
+    }
+    const WATCHED: [&str; 5] = [
+        "pods",
+        "services",
+        "endpointslices",
+        "nodes",
+        "servicecidrs",
+    ];
+    o.push_str(&format!(
+        "\nOpen watches on the apiserver once the N consumers have synced (`apiserver_longrunning_requests{{verb=\"WATCH\"}}`; the controller-manager's and herald's included):\n\n| N | via | {} |\n|---:|---|{}\n",
+        WATCHED.join(" | "),
+        "---:|".repeat(WATCHED.len())
+    ));
+    for r in d["rows"].as_array().into_iter().flatten() {
+        let w = &r["start"]["watches_open"];
+        let cells: Vec<String> = WATCHED.iter().map(|k| fmt(n(&w[*k]), 0)).collect();
+        o.push_str(&format!(
+            "| {} | {} | {} |\n",
+            r["n"],
+            r["via"].as_str().unwrap_or("?"),
+            cells.join(" | ")
+        ));
+    }
+    let m = &d["meter"];
+    if !m.is_null() {
+        let k = &m["kube_sim"];
+        let a = &m["apiserver"];
+        let open = |v: &Value| {
+            WATCHED
+                .iter()
+                .map(|r| fmt(n(&v["watches_open"][*r]), 0))
+                .collect::<Vec<_>>()
+                .join(" / ")
+        };
+        o.push_str(&format!(
+            "\nkube-sim's load accounting against the apiserver's metrics: the same {} consumers of each shape started \
+             directly on kube-sim (same preset, scale and seed; kube-sim's own slices) and on kube-apiserver (the start \
+             phase above). kube-sim's watch bytes are its `kube_sim_sent_bytes_total{{verb=\"WATCH\"}}`, the apiserver's \
+             the sum of `apiserver_watch_events_sizes`.{}\n\n\
+             | | watch events | watch bytes | open watches ({}) |\n|---|---:|---:|---|\n\
+             | kube-apiserver | {} | {} | {} |\n| kube-sim | {} | {} | {} |\n",
+            m["n"],
+            m["error"]
+                .as_str()
+                .map(|e| format!(" **Failed**: {e}"))
+                .unwrap_or_default(),
+            WATCHED.join(" / "),
+            fmt(n(&a["watch_events"]), 0),
+            fmt(n(&a["watch_bytes"]), 0),
+            open(a),
+            fmt(n(&k["watch_events"]), 0),
+            fmt(n(&k["watch_bytes"]), 0),
+            open(k),
         ));
     }
 }
