@@ -26,6 +26,8 @@ pub struct FeedStatus {
     pub stale: AtomicBool,
     /// Milliseconds after the cache started of the last upstream event; 0 before any.
     pub last_event_ms: AtomicU64,
+    /// Why the last failed list or watch failed (the status page shows it by the kind).
+    pub last_error: std::sync::Mutex<Option<String>>,
 }
 
 /// One served resource.

@@ -43,6 +43,9 @@ pub struct UpstreamKind {
     pub watches_started: u64,
     pub relists: u64,
     pub errors: u64,
+    /// Why the last failed list or watch failed (a 403 names the verb and the resource refused);
+    /// `None` before any failure.
+    pub last_error: Option<String>,
 }
 
 /// One job.
@@ -122,6 +125,12 @@ impl Status {
                     watches_started: m.upstream_watches.get_or_create(&label).get(),
                     relists: m.upstream_relists.get_or_create(&label).get(),
                     errors: m.upstream_errors.get_or_create(&label).get(),
+                    last_error: c
+                        .status
+                        .last_error
+                        .lock()
+                        .expect("last error lock is never poisoned")
+                        .clone(),
                     kind,
                 }
             })

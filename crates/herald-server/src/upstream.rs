@@ -295,10 +295,23 @@ impl Feed {
             .get_or_create(&self.labels())
             .inc();
         self.shared.set_resource_stale(self.r, true);
+        *self
+            .shared
+            .cache
+            .get(self.r)
+            .status
+            .last_error
+            .lock()
+            .expect("last error lock is never poisoned") = Some(why.to_string());
         tracing::warn!(
             error = why,
             "upstream request failed; serving the last good state"
         );
+    }
+
+    /// Why a list or watch of this resource failed (see `transport::failure`).
+    fn failure(&self, verb: &str, url: &str, e: &kube::Error) -> String {
+        transport::failure(verb, &self.resource.qualified_name(), url, e)
     }
 
     fn path(&self) -> String {
@@ -468,7 +481,7 @@ impl Feed {
                 .inc();
             let body = match self.upstream.get_bytes(&url).await {
                 Ok(b) => b,
-                Err(e) => return Outcome::Failed(Phase::List, format!("list {url}: {e}")),
+                Err(e) => return Outcome::Failed(Phase::List, self.failure("list", &url, &e)),
             };
             self.received(body.len());
             let page: ListPage = match serde_json::from_slice(&body) {
@@ -538,7 +551,7 @@ impl Feed {
             Err(kube::Error::Api(s)) if from.is_none() && (s.code == 400 || s.code == 422) => {
                 return Outcome::NoStreaming;
             }
-            Err(e) => return Outcome::Failed(resume(from), format!("watch {url}: {e}")),
+            Err(e) => return Outcome::Failed(resume(from), self.failure("watch", &url, &e)),
         };
         self.shared
             .metrics

@@ -262,6 +262,29 @@ impl Resource {
             })
     }
 
+    /// The object of a BOOKMARK event at `rv` (with the `k8s.io/initial-events-end` annotation when
+    /// `initial_end`), as JSON, written as the apiserver writes it: the empty object of the kind,
+    /// with only its resourceVersion and annotations set (k8s.io/apiserver pkg/storage/cacher
+    /// `cacheWatcher`'s bookmark, `newFunc()` converted to the served version and encoded by Go's JSON).
+    /// A built-in kind's empty object keeps its non-omitempty fields (a Pod's `"spec":{"containers":
+    /// null},"status":{}`); see [`bookmark_extras`]. A custom resource's is unstructured: kind,
+    /// apiVersion and metadata only.
+    pub fn bookmark_object(&self, rv: u64, initial_end: bool) -> String {
+        let (annotation, fields) = bookmark_extras(&self.group, &self.kind);
+        let annotations = match (annotation, initial_end) {
+            ("", false) => String::new(),
+            ("", true) => r#","annotations":{"k8s.io/initial-events-end":"true"}"#.to_string(),
+            (a, false) => format!(r#","annotations":{{{a}}}"#),
+            // NB: Go writes a map's keys sorted, and the conversion's annotation sorts first.
+            (a, true) => format!(r#","annotations":{{{a},"k8s.io/initial-events-end":"true"}}"#),
+        };
+        format!(
+            r#"{{"kind":"{}","apiVersion":"{}","metadata":{{"resourceVersion":"{rv}"{annotations}}}{fields}}}"#,
+            self.kind,
+            self.api_version()
+        )
+    }
+
     /// A custom resource, stored and served as raw objects.
     pub fn custom(
         group: &str,
@@ -370,9 +393,109 @@ impl Catalog {
     }
 }
 
+/// What the apiserver's bookmark object of a built-in kind holds besides `kind`, `apiVersion` and
+/// `metadata.resourceVersion`: an annotation the conversion to v1 always sets (a DaemonSet's template
+/// generation), and the fields Go's JSON writes for the empty object (non-omitempty ones, and a
+/// Deployment's `replicas`, a pointer the conversion sets). As kube-apiserver v1.37.2 writes them
+/// (observed; herald-server's `e2e_real_face` compares herald's bookmarks with the apiserver's).
+fn bookmark_extras(group: &str, kind: &str) -> (&'static str, &'static str) {
+    match (group, kind) {
+        ("", "Namespace") => ("", r#","spec":{},"status":{}"#),
+        ("", "Node") => (
+            "",
+            r#","spec":{},"status":{"daemonEndpoints":{"kubeletEndpoint":{"Port":0}},"nodeInfo":{"machineID":"","systemUUID":"","bootID":"","kernelVersion":"","osImage":"","containerRuntimeVersion":"","kubeletVersion":"","kubeProxyVersion":"","operatingSystem":"","architecture":""}}"#,
+        ),
+        ("", "Service") => ("", r#","spec":{},"status":{"loadBalancer":{}}"#),
+        ("", "Pod") => ("", r#","spec":{"containers":null},"status":{}"#),
+        ("discovery.k8s.io", "EndpointSlice") => {
+            ("", r#","addressType":"","endpoints":null,"ports":null"#)
+        }
+        ("networking.k8s.io", "Ingress") => ("", r#","spec":{},"status":{"loadBalancer":{}}"#),
+        ("networking.k8s.io", "IngressClass") => ("", r#","spec":{}"#),
+        ("networking.k8s.io", "ServiceCIDR") => ("", r#","spec":{},"status":{}"#),
+        ("networking.k8s.io", "NetworkPolicy") => ("", r#","spec":{"podSelector":{}}"#),
+        ("rbac.authorization.k8s.io", "ClusterRole" | "Role") => ("", r#","rules":null"#),
+        ("rbac.authorization.k8s.io", "ClusterRoleBinding" | "RoleBinding") => {
+            ("", r#","roleRef":{"apiGroup":"","kind":"","name":""}"#)
+        }
+        ("apps", "Deployment") => (
+            "",
+            r#","spec":{"replicas":0,"selector":null,"template":{"metadata":{},"spec":{"containers":null}},"strategy":{}},"status":{}"#,
+        ),
+        ("apps", "StatefulSet") => (
+            "",
+            r#","spec":{"replicas":0,"selector":null,"template":{"metadata":{},"spec":{"containers":null}},"serviceName":"","updateStrategy":{}},"status":{"replicas":0,"availableReplicas":0}"#,
+        ),
+        ("apps", "ReplicaSet") => (
+            "",
+            r#","spec":{"replicas":0,"selector":null,"template":{"metadata":{},"spec":{"containers":null}}},"status":{"replicas":0}"#,
+        ),
+        ("apps", "DaemonSet") => (
+            r#""deprecated.daemonset.template.generation":"0""#,
+            r#","spec":{"selector":null,"template":{"metadata":{},"spec":{"containers":null}},"updateStrategy":{}},"status":{"currentNumberScheduled":0,"numberMisscheduled":0,"desiredNumberScheduled":0,"numberReady":0}"#,
+        ),
+        // ConfigMap, Endpoints, ServiceAccount: every field omitempty; custom resources.
+        _ => ("", ""),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn bookmarks_are_the_apiservers_empty_objects() {
+        // As kube-apiserver v1.37.2 wrote them, byte for byte.
+        let pods = Resource::builtin("pods").expect("pods");
+        assert_eq!(
+            pods.bookmark_object(209, true),
+            r#"{"kind":"Pod","apiVersion":"v1","metadata":{"resourceVersion":"209","annotations":{"k8s.io/initial-events-end":"true"}},"spec":{"containers":null},"status":{}}"#
+        );
+        assert_eq!(
+            pods.bookmark_object(7, false),
+            r#"{"kind":"Pod","apiVersion":"v1","metadata":{"resourceVersion":"7"},"spec":{"containers":null},"status":{}}"#
+        );
+        let ds = Resource::builtin("daemonsets").expect("daemonsets");
+        assert_eq!(
+            ds.bookmark_object(209, true),
+            r#"{"kind":"DaemonSet","apiVersion":"apps/v1","metadata":{"resourceVersion":"209","annotations":{"deprecated.daemonset.template.generation":"0","k8s.io/initial-events-end":"true"}},"spec":{"selector":null,"template":{"metadata":{},"spec":{"containers":null}},"updateStrategy":{}},"status":{"currentNumberScheduled":0,"numberMisscheduled":0,"desiredNumberScheduled":0,"numberReady":0}}"#
+        );
+        assert_eq!(
+            Resource::builtin("endpointslices")
+                .expect("endpointslices")
+                .bookmark_object(1, false),
+            r#"{"kind":"EndpointSlice","apiVersion":"discovery.k8s.io/v1","metadata":{"resourceVersion":"1"},"addressType":"","endpoints":null,"ports":null}"#
+        );
+        assert_eq!(
+            Resource::builtin("configmaps")
+                .expect("configmaps")
+                .bookmark_object(1, true),
+            r#"{"kind":"ConfigMap","apiVersion":"v1","metadata":{"resourceVersion":"1","annotations":{"k8s.io/initial-events-end":"true"}}}"#
+        );
+        // Custom resources, served from CRDs (the monitoring ones included): unstructured.
+        for r in [
+            Resource::custom("example.com", "v1", "widgets", "Pod", true),
+            Resource::builtin("servicemonitors").expect("servicemonitors"),
+        ] {
+            let b: serde_json::Value =
+                serde_json::from_str(&r.bookmark_object(3, false)).expect("JSON");
+            assert_eq!(b.as_object().expect("object").len(), 3, "{b}");
+        }
+        // Every built-in's bookmark is JSON, of its kind.
+        for b in BUILTINS {
+            let r = Resource::builtin(&format!("{}.{}", b.3, b.0)).expect("builtin");
+            for end in [false, true] {
+                let v: serde_json::Value =
+                    serde_json::from_str(&r.bookmark_object(5, end)).expect("JSON");
+                assert_eq!(v["kind"], b.2);
+                assert_eq!(v["metadata"]["resourceVersion"], "5");
+                assert_eq!(
+                    v["metadata"]["annotations"]["k8s.io/initial-events-end"] == "true",
+                    end
+                );
+            }
+        }
+    }
 
     #[test]
     fn builtins_resolve_by_plural_or_qualified_name() {

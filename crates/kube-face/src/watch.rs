@@ -280,17 +280,11 @@ impl<B: Backend> Watch<B> {
     }
 
     fn bookmark(&self, rv: u64, initial_end: bool) -> Bytes {
-        let annotations = if initial_end {
-            r#","annotations":{"k8s.io/initial-events-end":"true"}"#
-        } else {
-            ""
-        };
-        let res = self.backend.catalog().get(self.r);
-        let obj = format!(
-            r#"{{"kind":"{}","apiVersion":"{}","metadata":{{"resourceVersion":"{rv}"{annotations}}}}}"#,
-            res.kind,
-            res.api_version()
-        );
+        let obj = self
+            .backend
+            .catalog()
+            .get(self.r)
+            .bookmark_object(rv, initial_end);
         match self.out.proto() {
             Some(msg) => {
                 let raw = proto::schema().encode(msg, obj.as_bytes());

@@ -133,17 +133,24 @@ pub fn render(s: &Status) -> String {
     );
     h.push_str(
         "<h2>Upstream watches</h2><table id=\"upstream\"><tr><th>kind</th><th>health</th>\
-         <th>objects</th><th>last event</th><th>watches started</th><th>relists</th><th>errors</th></tr>",
+         <th>objects</th><th>last event</th><th>watches started</th><th>relists</th><th>errors</th>\
+         <th>last error</th></tr>",
     );
     for u in &s.upstream {
         let age = u
             .last_event_age_seconds
             .map_or_else(|| "never".to_string(), |a| format!("{a:.1}s ago"));
+        // The last error in the failing kind's colour; dim once the kind is healthy again.
+        let last_error = match (&u.last_error, u.health) {
+            (None, _) => "<span class=\"dim\">none</span>".to_string(),
+            (Some(e), "ok") => format!("<span class=\"dim\">{}</span>", esc(e)),
+            (Some(e), health) => format!("<span class=\"{health}\">{}</span>", esc(e)),
+        };
         let _ = write!(
             h,
             "<tr data-kind=\"{kind}\"><td>{kind}</td><td class=\"{health}\">{health}</td>\
              <td class=\"n\">{}</td><td class=\"n\">{age}</td><td class=\"n\">{}</td>\
-             <td class=\"n\">{}</td><td class=\"n\">{}</td></tr>",
+             <td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"last-error\">{last_error}</td></tr>",
             u.objects,
             u.watches_started,
             u.relists,
@@ -201,14 +208,27 @@ fn utc(at: f64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::status::{ConsumerStatus, JobStatus, RecentWarning};
+    use crate::status::{ConsumerStatus, JobStatus, RecentWarning, UpstreamKind};
 
     #[test]
     fn the_page_escapes_what_it_shows_and_links_each_job_to_its_json() {
         let s = Status {
             version: "0.0.0",
             ready: true,
-            upstream: vec![],
+            upstream: vec![UpstreamKind {
+                kind: "endpointslices".into(),
+                health: "syncing",
+                objects: 0,
+                last_event_age_seconds: None,
+                watches_started: 0,
+                relists: 3,
+                errors: 3,
+                last_error: Some(
+                    "forbidden: cannot watch endpointslices.discovery.k8s.io at cluster scope: \
+                     User \"system:serviceaccount:herald:herald\" cannot watch resource <x>"
+                        .into(),
+                ),
+            }],
             jobs: vec![JobStatus {
                 name: "a<b>&c d".into(),
                 role: "pod",
@@ -250,6 +270,14 @@ mod tests {
             "{html}"
         );
         assert!(html.contains("<td class=\"n targets\">42</td>"));
+        assert!(
+            html.contains(
+                "<td class=\"last-error\"><span class=\"syncing\">forbidden: cannot watch \
+                 endpointslices.discovery.k8s.io at cluster scope: User \
+                 &quot;system:serviceaccount:herald:herald&quot; cannot watch resource &lt;x&gt;</span></td>"
+            ),
+            "{html}"
+        );
         assert!(!html.contains("<script>"));
         assert!(html.contains("01:02:03"));
         assert!(html.contains("<dd id=\"monitor-jobs\">4</dd>"), "{html}");

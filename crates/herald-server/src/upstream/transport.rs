@@ -121,6 +121,26 @@ fn api_error(status: http::StatusCode, body: &[u8]) -> kube::Error {
     kube::Error::Api(s.with_code(code).boxed())
 }
 
+/// What a failed list or watch of `resource` (its qualified name, `endpointslices.discovery.k8s.io`)
+/// says in the log and on the status page. The apiserver's refusals lead with what was refused: a
+/// 403 `forbidden: cannot VERB RESOURCE at cluster scope: ` and the apiserver's words (which name
+/// the user), a 401 `unauthorized: `; other failures name the request. herald's requests are all
+/// cluster-wide.
+pub fn failure(verb: &str, resource: &str, url: &str, e: &kube::Error) -> String {
+    match e {
+        kube::Error::Api(s) if s.code == 403 => format!(
+            "forbidden: cannot {verb} {resource} at cluster scope: {} (grant {verb} on {resource} in herald's ClusterRole)",
+            s.message
+        ),
+        kube::Error::Api(s) if s.code == 401 => format!(
+            "unauthorized: cannot {verb} {resource}: {} (herald's credentials were not accepted)",
+            s.message
+        ),
+        kube::Error::Api(s) => format!("{verb} {url}: {} {}: {}", s.code, s.reason, s.message),
+        e => format!("{verb} {url}: {e}"),
+    }
+}
+
 /// A stream of `chunks` as a body reader (tests and the benchmark's fakes).
 pub fn reader_of(chunks: Vec<bytes::Bytes>) -> BodyReader {
     Box::pin(
@@ -202,6 +222,36 @@ mod tests {
             .read_to_string(&mut got)
             .await;
         assert!(err.is_err(), "a corrupt member is an error: {got:?}");
+    }
+
+    #[test]
+    fn a_refusal_names_the_verb_and_the_resource_with_the_apiservers_words() {
+        let url = "/apis/discovery.k8s.io/v1/endpointslices?watch=true";
+        let forbidden = br#"{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"endpointslices.discovery.k8s.io is forbidden: User \"system:serviceaccount:herald:herald\" cannot watch resource \"endpointslices\" in API group \"discovery.k8s.io\" at the cluster scope","reason":"Forbidden","details":{"group":"discovery.k8s.io","kind":"endpointslices"},"code":403}"#;
+        let e = api_error(http::StatusCode::FORBIDDEN, forbidden);
+        assert_eq!(
+            failure("watch", "endpointslices.discovery.k8s.io", url, &e),
+            "forbidden: cannot watch endpointslices.discovery.k8s.io at cluster scope: \
+             endpointslices.discovery.k8s.io is forbidden: User \"system:serviceaccount:herald:herald\" \
+             cannot watch resource \"endpointslices\" in API group \"discovery.k8s.io\" at the cluster scope \
+             (grant watch on endpointslices.discovery.k8s.io in herald's ClusterRole)"
+        );
+        let e = api_error(
+            http::StatusCode::UNAUTHORIZED,
+            br#"{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"Unauthorized","reason":"Unauthorized","code":401}"#,
+        );
+        assert_eq!(
+            failure("list", "pods", "/api/v1/pods?limit=500", &e),
+            "unauthorized: cannot list pods: Unauthorized (herald's credentials were not accepted)"
+        );
+        let e = api_error(
+            http::StatusCode::INTERNAL_SERVER_ERROR,
+            br#"{"kind":"Status","status":"Failure","message":"etcdserver: request timed out","reason":"InternalError","code":500}"#,
+        );
+        assert_eq!(
+            failure("list", "pods", "/api/v1/pods?limit=500", &e),
+            "list /api/v1/pods?limit=500: 500 InternalError: etcdserver: request timed out"
+        );
     }
 
     #[test]
