@@ -164,7 +164,10 @@ impl Run<'_> {
                 herald_cpu: pid(Some(self.herald_pid)),
                 watch_events: sum(&s, "apiserver_watch_events_total", |_| true),
                 watch_event_bytes: sum(&s, "apiserver_watch_events_sizes_sum", |_| true),
-                response_bytes: sum(&s, "apiserver_response_sizes_sum", |_| true),
+                // LIST and GET only: a WATCH's size is recorded when it ends, all of it at once.
+                response_bytes: sum(&s, "apiserver_response_sizes_sum", |l| {
+                    l.get("verb").is_some_and(|v| v == "LIST" || v == "GET")
+                }),
                 lists: sum(&s, "apiserver_request_total", |l| {
                     l.get("verb").is_some_and(|v| v == "LIST")
                 }),
@@ -595,8 +598,9 @@ async fn first_sync(
         ("list", "none"),
         ("list", "gzip"),
     ];
-    // (initial list, compression) → (ready s, apiserver CPU s, herald CPU s) per run.
-    type Runs<'a> = BTreeMap<(&'a str, &'a str), Vec<(f64, f64, f64)>>;
+    // (initial list, compression) → [ready s, apiserver CPU s, herald CPU s, the apiserver's RSS
+    // growth to its peak MiB] per run.
+    type Runs<'a> = BTreeMap<(&'a str, &'a str), Vec<[f64; 4]>>;
     let mut runs: Runs = BTreeMap::new();
     for _ in 0..3 {
         for (initial, compression) in variants {
@@ -618,6 +622,12 @@ async fn first_sync(
                 .apiserver
                 .pid()
                 .and_then(|p| procfs::cpu_seconds(&p.to_string()));
+            let rss0 = cp
+                .apiserver
+                .pid()
+                .and_then(|p| procfs::rss_bytes(&p.to_string()))
+                .unwrap_or(0);
+            let peaks = Peaks::start([cp.apiserver.pid(), None, None]);
             let t = Instant::now();
             let (p, found) = Proc::start(
                 "herald",
@@ -631,24 +641,26 @@ async fn first_sync(
             env.wait_ok(&format!("{}/readyz", found[0]), Duration::from_secs(900))
                 .await?;
             let secs = t.elapsed().as_secs_f64();
+            let peak = peaks.finish().await[0];
             let api1 = cp
                 .apiserver
                 .pid()
                 .and_then(|p| procfs::cpu_seconds(&p.to_string()));
             let herald_cpu = p.cpu();
             p.stop().await;
-            runs.entry((initial, compression)).or_default().push((
+            runs.entry((initial, compression)).or_default().push([
                 secs,
                 api1.zip(api0).map_or(f64::NAN, |(b, a)| b - a),
                 herald_cpu,
-            ));
+                peak.saturating_sub(rss0) as f64 / 1048576.0,
+            ]);
             tokio::time::sleep(Duration::from_secs(1)).await;
         }
     }
     let rows: Vec<Value> = runs
         .into_iter()
         .map(|((initial, compression), r)| {
-            let col = |i: usize| r.iter().map(|x| [x.0, x.1, x.2][i]).collect::<Vec<_>>();
+            let col = |i: usize| r.iter().map(|x| x[i]).collect::<Vec<_>>();
             json!({
                 "initial_list": initial,
                 "compression": compression,
@@ -656,6 +668,7 @@ async fn first_sync(
                 "ready_seconds": median(&col(0)),
                 "apiserver_cpu_seconds": median(&col(1)),
                 "herald_cpu_seconds": median(&col(2)),
+                "apiserver_rss_growth_mib": median(&col(3)),
             })
         })
         .collect();

@@ -597,14 +597,15 @@ fn realcp(o: &mut String, d: &Value) {
         fmt(n(&m["herald_kib_per_pod"]), 2),
         ratio(n(&m["herald_over_apiserver"])),
     ));
-    o.push_str("herald's first sync by upstream format (median of 3 each, alternating; JSON throughout: herald does not decode the apiserver's protobuf):\n\n| initial list | compression | ready s | apiserver CPU s | herald CPU s |\n|---|---|---:|---:|---:|\n");
+    o.push_str("herald's first sync by upstream format (median of 3 each, alternating; JSON throughout: herald does not decode the apiserver's protobuf):\n\n| initial list | compression | ready s | apiserver CPU s | apiserver RSS growth MiB | herald CPU s |\n|---|---|---:|---:|---:|---:|\n");
     for r in d["first_sync"].as_array().into_iter().flatten() {
         o.push_str(&format!(
-            "| {} | {} | {} | {} | {} |\n",
+            "| {} | {} | {} | {} | {} | {} |\n",
             r["initial_list"].as_str().unwrap_or("?"),
             r["compression"].as_str().unwrap_or("?"),
             fmt(n(&r["ready_seconds"]), 2),
             fmt(n(&r["apiserver_cpu_seconds"]), 2),
+            fmt(n(&r["apiserver_rss_growth_mib"]), 0),
             fmt(n(&r["herald_cpu_seconds"]), 2),
         ));
     }
