@@ -203,12 +203,11 @@ struct SuiteArgs {
     /// The restart section's baseline before the kill, seconds [default: 10; 3 with --quick].
     #[arg(long)]
     restart_baseline_seconds: Option<f64>,
-    /// The realcp section's scale of k8s-limits [default: 0.1; the small preset with --quick].
+    /// The realcp section's clusters and consumer counts, `SCALE=N,N,...` of k8s-limits, `;`
+    /// between clusters [default: `0.02=1,10,50,100;0.1=1,10`: at a tenth of k8s-limits 50
+    /// Prometheus-shaped consumers did not fit in 24 GiB; the small preset, 1 and 3, with --quick].
     #[arg(long)]
-    realcp_scale: Option<f64>,
-    /// The realcp section's consumer counts [default: 1,10,50,100; 1,3 with --quick].
-    #[arg(long, value_delimiter = ',')]
-    realcp_consumers: Option<Vec<usize>>,
+    realcp: Option<String>,
 }
 
 fn sh(cmd: &str, args: &[&str]) -> Option<String> {
@@ -475,23 +474,28 @@ async fn suite(args: SuiteArgs) -> anyhow::Result<()> {
                 restart::run(&env, &plan).await
             }
             Section::Realcp => {
-                let plan = realcp::Plan {
-                    preset: if q { "small" } else { "k8s-limits" },
-                    scale: if q {
-                        1.0
-                    } else {
-                        args.realcp_scale.unwrap_or(0.1)
-                    },
-                    seed: 11,
-                    consumers: args.realcp_consumers.clone().unwrap_or(if q {
-                        vec![1, 3]
-                    } else {
-                        vec![1, 10, 50, 100]
-                    }),
-                    churn_rate: 8.0,
-                    churn_seconds: if q { 5.0 } else { 30.0 },
+                let runs = match (&args.realcp, q) {
+                    (Some(text), _) => realcp::parse_runs(text),
+                    (None, true) => Ok(vec![(1.0, vec![1, 3])]),
+                    (None, false) => realcp::parse_runs("0.02=1,10,50,100;0.1=1,10"),
                 };
-                realcp::run(&env, &plan).await
+                match runs {
+                    Ok(runs) => {
+                        let plans = runs
+                            .into_iter()
+                            .map(|(scale, consumers)| realcp::Plan {
+                                preset: if q { "small" } else { "k8s-limits" },
+                                scale,
+                                seed: 11,
+                                consumers,
+                                churn_rate: 8.0,
+                                churn_seconds: if q { 5.0 } else { 30.0 },
+                            })
+                            .collect::<Vec<_>>();
+                        realcp::run_all(&env, &plans).await
+                    }
+                    Err(e) => Err(e),
+                }
             }
         };
         let mut meta = meta_base;

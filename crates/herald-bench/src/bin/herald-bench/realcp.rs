@@ -388,8 +388,52 @@ fn percentile(v: &[f64], p: f64) -> Option<f64> {
     Some(s[((s.len() - 1) as f64 * p).round() as usize])
 }
 
+/// `SCALE=N,N,...;SCALE=N,...` → (scale, consumer counts) per cluster.
+pub fn parse_runs(text: &str) -> anyhow::Result<Vec<(f64, Vec<usize>)>> {
+    text.split(';')
+        .filter(|p| !p.trim().is_empty())
+        .map(|p| {
+            let (scale, ns) = p
+                .split_once('=')
+                .with_context(|| format!("--realcp {p:?}: expected SCALE=N,N,..."))?;
+            let scale: f64 = scale
+                .trim()
+                .parse()
+                .with_context(|| format!("--realcp {p:?}: the scale is not a number"))?;
+            let ns = ns
+                .split(',')
+                .map(|n| n.trim().parse::<usize>())
+                .collect::<Result<Vec<_>, _>>()
+                .with_context(|| {
+                    format!("--realcp {p:?}: a consumer count is not a whole number")
+                })?;
+            anyhow::ensure!(
+                scale > 0.0 && !ns.is_empty() && ns.iter().all(|&n| n > 0),
+                "--realcp {p:?}: the scale and every count must be positive"
+            );
+            Ok((scale, ns))
+        })
+        .collect()
+}
+
+/// Every cluster of the plan in turn, each on a control plane of its own; a cluster that fails is
+/// recorded with its error and the next one still runs.
+pub async fn run_all(env: &Env, plans: &[Plan]) -> anyhow::Result<Value> {
+    let mut out = Vec::new();
+    for p in plans {
+        out.push(match run(env, p).await {
+            Ok(v) => v,
+            Err(e) => {
+                eprintln!("[realcp] {} failed: {e:#}", p.describe());
+                json!({"cluster": p.describe(), "error": format!("{e:#}")})
+            }
+        });
+    }
+    Ok(json!({ "clusters": out }))
+}
+
 pub async fn run(env: &Env, plan: &Plan) -> anyhow::Result<Value> {
-    let dir = env.dir("realcp")?;
+    let dir = env.dir(&format!("realcp-{}", plan.scale))?;
     eprintln!("[realcp] {}", plan.describe());
     let bins = Binaries::find().context("the control plane is not built: run peers/build")?;
     let find = |name: &str| {
@@ -866,6 +910,18 @@ async fn measure(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn runs_are_parsed_and_bad_ones_named() {
+        assert_eq!(
+            parse_runs("0.02=1,10;0.1=1").expect("valid"),
+            vec![(0.02, vec![1, 10]), (0.1, vec![1])]
+        );
+        for bad in ["0.1", "x=1", "0.1=a", "0=1", "0.1=0"] {
+            let e = parse_runs(bad).expect_err(bad).to_string();
+            assert!(e.contains(bad), "{bad}: {e}");
+        }
+    }
 
     #[test]
     fn samples_are_parsed_with_their_labels() {

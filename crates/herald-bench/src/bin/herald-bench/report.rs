@@ -83,7 +83,7 @@ pub fn markdown(doc: &Value) -> String {
         }
         if s.is_null() && key == "realcp" {
             o.push_str(
-                "Runs only when named: `bench/run --only realcp` (needs `peers/build`; `--realcp-scale S`, `--realcp-consumers 1,10,50,100`).\n",
+                "Runs only when named: `bench/run --only realcp` (needs `peers/build`; `--realcp '0.02=1,10,50,100;0.1=1,10'`).\n",
             );
             continue;
         }
@@ -119,7 +119,18 @@ pub fn markdown(doc: &Value) -> String {
             "soak" => soak(&mut o, d),
             "steady" => steady(&mut o, d),
             "restart" => restart(&mut o, d),
-            "realcp" => realcp(&mut o, d),
+            "realcp" => {
+                for c in d["clusters"].as_array().into_iter().flatten() {
+                    o.push_str(&format!(
+                        "#### {}\n\n",
+                        c["cluster"].as_str().unwrap_or("?")
+                    ));
+                    match c["error"].as_str() {
+                        Some(e) => o.push_str(&format!("**The cluster failed**: {e}\n\n")),
+                        None => realcp(&mut o, c),
+                    }
+                }
+            }
             _ => propagation(&mut o, d),
         }
     }
