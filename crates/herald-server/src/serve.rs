@@ -447,10 +447,16 @@ impl Herald {
         }
         let upstream_rt = upstream_runtime()?;
         let ua = options.user_agent.clone();
-        // Built on the upstream runtime, so the client's own tasks run there too.
-        let client = upstream_rt
+        // Built on the upstream runtime, so the clients' own tasks run there too. Discovery at
+        // start retries refusals inside the client; the feeds handle theirs (`upstream::client`).
+        let (client, feed_client) = upstream_rt
             .handle()
-            .spawn(async move { upstream::client(kube_config, &ua) })
+            .spawn(async move {
+                Ok::<_, UpstreamError>((
+                    upstream::discovery_client(kube_config.clone(), &ua)?,
+                    upstream::client(kube_config, &ua)?,
+                ))
+            })
             .await
             .map_err(|e| ServeError::Runtime(std::io::Error::other(e)))??;
         let api = match &options.kube {
@@ -505,7 +511,7 @@ impl Herald {
                 (
                     streaming,
                     upstream::spawn(
-                        upstream::Upstream::new(client, compression),
+                        upstream::Upstream::new(feed_client, compression),
                         feed_shared,
                         streaming,
                         feed_stop,

@@ -57,15 +57,41 @@ const MAX_BURST: usize = 1000;
 /// Items per LIST page (client-go's reflector pages by 500 too).
 const PAGE_SIZE: usize = 500;
 
-/// A kube client that sends `user_agent`.
+/// The feeds' kube client: sends `user_agent`.
 ///
 /// NB: built with compression off: herald asks for gzip and decodes it itself
 /// (`transport`), since kube-rs's decoder reads only the first member of a multi-member gzip body.
-pub fn client(mut config: kube::Config, user_agent: &str) -> Result<kube::Client, UpstreamError> {
+///
+/// NB: and without kube-rs's retry layer (on by default since kube 5: a 429, 503 or 504 is sent
+/// again up to 15 times, after 5 ms doubling up to 1000 s, or after its Retry-After if longer).
+/// Retried inside the client, a refused request never came back to its feed: against
+/// kube-apiserver's API Priority and Fairness rejecting herald's user, herald neither marked the
+/// resource stale, counted nor logged the refusals, and waited out kube's backoff (minutes by the
+/// last attempts) instead of its own (at most 30 s) once they stopped. A feed retries by itself
+/// ([`Backoff`]), resuming from where it was.
+pub fn client(config: kube::Config, user_agent: &str) -> Result<kube::Client, UpstreamError> {
+    build_client(config, user_agent, false)
+}
+
+/// A kube client for the one-off discovery requests at start (`/version`, API groups), with
+/// kube-rs's retries of 429, 503 and 504 kept: a passing refusal must not decide what is served.
+pub fn discovery_client(
+    config: kube::Config,
+    user_agent: &str,
+) -> Result<kube::Client, UpstreamError> {
+    build_client(config, user_agent, true)
+}
+
+fn build_client(
+    mut config: kube::Config,
+    user_agent: &str,
+    retry: bool,
+) -> Result<kube::Client, UpstreamError> {
     let ua = http::HeaderValue::from_str(user_agent)
         .map_err(|_| UpstreamError::UserAgent(user_agent.to_string()))?;
     config.headers.push((http::header::USER_AGENT, ua));
     config.disable_compression = true;
+    config.default_retry = retry;
     kube::Client::try_from(config).map_err(UpstreamError::Client)
 }
 
@@ -870,6 +896,76 @@ mod tests {
         let addr = listener.local_addr().expect("addr");
         tokio::spawn(async move { axum::serve(listener, app).await.expect("serve") });
         format!("http://{addr}")
+    }
+
+    /// A refusal comes back to the feed at once, to be counted, logged and backed off by the feed's
+    /// own rule: the feeds' client does not send a 429 or a 503 again inside itself (kube-rs's
+    /// default retry layer did, 15 times, hiding kube-apiserver's API Priority and Fairness
+    /// rejections from herald for minutes).
+    #[tokio::test]
+    async fn a_refusal_comes_back_to_the_feed_not_retried_inside_the_client() {
+        for code in [
+            http::StatusCode::TOO_MANY_REQUESTS,
+            http::StatusCode::SERVICE_UNAVAILABLE,
+        ] {
+            let hits = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+            let seen = hits.clone();
+            let app = axum::Router::new().route(
+                "/api/v1/pods",
+                get(move || {
+                    let seen = seen.clone();
+                    async move {
+                        seen.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                        let status = json!({"kind": "Status", "apiVersion": "v1", "status": "Failure",
+                                            "message": "too many requests, please try again later.",
+                                            "reason": "TooManyRequests", "code": code.as_u16()});
+                        (
+                            code,
+                            [("retry-after", "1"), ("content-type", "application/json")],
+                            status.to_string(),
+                        )
+                    }
+                }),
+            );
+            let url = serve_app(app).await;
+            let upstream = Upstream::new(
+                client(kube::Config::new(url.parse().expect("url")), "test").expect("client"),
+                Compression::default(),
+            );
+            match upstream.get("/api/v1/pods?watch=true").await {
+                Err(kube::Error::Api(s)) => assert_eq!(s.code, code.as_u16()),
+                Err(e) => panic!("{code}: {e}"),
+                Ok(_) => panic!("{code}: a refusal read as a success"),
+            }
+            assert_eq!(
+                hits.load(std::sync::atomic::Ordering::SeqCst),
+                1,
+                "{code} was sent once"
+            );
+            // And a feed counts it at once (kube's retries took 15 Retry-After seconds at least).
+            let (shared, stop, tasks) = pod_feed(&url, true).await;
+            let errors = || {
+                shared
+                    .metrics
+                    .upstream_errors
+                    .get_or_create(&Metrics::kind("pods"))
+                    .get()
+            };
+            for _ in 0..150 {
+                if errors() > 0 {
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            assert!(
+                errors() > 0,
+                "{code}: the feed counted no failure within 3 s"
+            );
+            stop.cancel();
+            for t in tasks {
+                t.await.expect("feed stops");
+            }
+        }
     }
 
     /// A scripted upstream: one LIST page, then a watch stream of `events` that stays open.

@@ -113,9 +113,17 @@ fn api_error(status: http::StatusCode, body: &[u8]) -> kube::Error {
     let parsed = serde_json::from_slice::<kube::core::Status>(body)
         .ok()
         .filter(|s| s.code != 0 || !s.message.is_empty());
+    // NB: not every refusal is a Status: kube-apiserver's API Priority and Fairness answers 429 with
+    // the text "Too many requests, please try again later.". Its reason is then the HTTP status's
+    // (`TooManyRequests`), not a parse failure, which herald's log and status page would show.
     let s = parsed.unwrap_or_else(|| {
         let text = String::from_utf8_lossy(body);
-        kube::core::Status::failure(text.trim(), "Failed to parse error data")
+        let reason: String = status
+            .canonical_reason()
+            .unwrap_or("Unknown")
+            .split_whitespace()
+            .collect();
+        kube::core::Status::failure(text.trim(), &reason)
     });
     let code = if s.code == 0 { status.as_u16() } else { s.code };
     kube::Error::Api(s.with_code(code).boxed())
@@ -264,10 +272,13 @@ mod tests {
             }
             e => panic!("{e:?}"),
         }
-        match api_error(http::StatusCode::TOO_MANY_REQUESTS, b"Too many requests\n") {
+        // As kube-apiserver's API Priority and Fairness rejects: text, not a Status.
+        let apf = b"Too many requests, please try again later.\n";
+        match api_error(http::StatusCode::TOO_MANY_REQUESTS, apf) {
             kube::Error::Api(s) => {
                 assert_eq!(s.code, 429);
-                assert_eq!(s.message, "Too many requests");
+                assert_eq!(s.reason, "TooManyRequests");
+                assert_eq!(s.message, "Too many requests, please try again later.");
             }
             e => panic!("{e:?}"),
         }
