@@ -126,6 +126,14 @@ pub trait Backend: Send + Sync + 'static {
         )))
     }
 
+    /// Whether a list at resourceVersion "0" honours `limit` (pages with continue tokens). The
+    /// apiserver's watch cache does not: it answers every object in one response (client-go's
+    /// reflector relies on it, listing at "0" with a limit it knows is ignored). kube-sim answers
+    /// as the watch cache; herald's face pages.
+    fn limit_at_resource_version_zero(&self) -> bool {
+        true
+    }
+
     /// Admission of a new list or watch of resource `r`; an error (429 with Retry-After) refuses it.
     /// `reads_state`: the request reads the current state (a list, or a watch with initial events),
     /// where a watch from a resourceVersion does not; rate limits need only charge the former.

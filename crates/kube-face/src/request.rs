@@ -38,7 +38,10 @@ pub fn route(path: &str, catalog: &Catalog, server_address: &str) -> Result<Rout
         .split('/')
         .filter(|s| !s.is_empty())
         .collect();
-    let not_found = || ApiError::not_found("the server could not find the requested resource");
+    // A path of a served group that names nothing is the apiserver's Status; a path no group
+    // serves never reaches an API handler: its mux answers a plain-text 404.
+    let not_found = ApiError::no_resource;
+    let no_group = ApiError::page_not_found;
     let (group, version, rest) = match segs.as_slice() {
         ["version"] => return Ok(Route::Discovery(discovery::version())),
         ["api"] => {
@@ -51,7 +54,7 @@ pub fn route(path: &str, catalog: &Catalog, server_address: &str) -> Result<Rout
         ["apis", g] => {
             return discovery::group(catalog, g)
                 .map(Route::Discovery)
-                .ok_or_else(not_found);
+                .ok_or_else(no_group);
         }
         ["openapi", "v3"] => return Ok(Route::Discovery(crate::openapi::root(catalog))),
         ["openapi", "v3", rest @ ..] => {
@@ -60,8 +63,9 @@ pub fn route(path: &str, catalog: &Catalog, server_address: &str) -> Result<Rout
                 .ok_or_else(not_found);
         }
         ["api", v, rest @ ..] => ("", *v, rest),
+        ["apis", g, _, ..] if !catalog.groups().contains(g) => return Err(no_group()),
         ["apis", g, v, rest @ ..] => (*g, *v, rest),
-        _ => return Err(not_found()),
+        _ => return Err(no_group()),
     };
     if rest.is_empty() {
         return discovery::resources(catalog, group, version)
@@ -187,14 +191,82 @@ pub fn parse_query(raw: Option<&str>, resource: &Resource) -> Result<Query, ApiE
             _ => {}
         }
     }
-    if let Some(m) = &q.resource_version_match
-        && !matches!(m.as_str(), "NotOlderThan" | "Exact")
-    {
-        return Err(ApiError::bad_request(format!(
-            "resourceVersionMatch: Unsupported value: {m:?}: supported values: \"Exact\", \"NotOlderThan\""
-        )));
-    }
     Ok(q)
+}
+
+/// The apiserver's checks of a list's or watch's options (k8s.io/apimachinery pkg/apis/meta/internalversion/validation
+/// ValidateListOptions): every error found, as one 422 Invalid of ListOptions. NB: a watch with
+/// sendInitialEvents but without allowWatchBookmarks is valid (it gets its initial events and no
+/// bookmark), as on kube-apiserver 1.37.
+pub fn validate_list_options(q: &Query, watch: bool) -> Result<(), ApiError> {
+    use crate::status::FieldError;
+    const MATCH: &str = "resourceVersionMatch";
+    let mut errs = Vec::new();
+    let rv_match = q.resource_version_match.as_deref();
+    if watch {
+        if q.send_initial_events.is_some() && rv_match != Some("NotOlderThan") {
+            errs.push(FieldError::forbidden(
+                MATCH,
+                "sendInitialEvents requires setting resourceVersionMatch to NotOlderThan",
+            ));
+        }
+        if let Some(m) = rv_match {
+            if q.send_initial_events.is_none() {
+                errs.push(FieldError::forbidden(
+                    MATCH,
+                    "resourceVersionMatch is forbidden for watch unless sendInitialEvents is provided",
+                ));
+            }
+            if m != "NotOlderThan" {
+                errs.push(FieldError::not_supported(MATCH, m, &["NotOlderThan"]));
+            }
+            if q.continue_token.is_some() {
+                errs.push(FieldError::forbidden(
+                    MATCH,
+                    "resourceVersionMatch is forbidden when continue is provided",
+                ));
+            }
+        }
+    } else {
+        if let Some(m) = rv_match {
+            if q.resource_version.is_none() {
+                errs.push(FieldError::forbidden(
+                    MATCH,
+                    "resourceVersionMatch is forbidden unless resourceVersion is provided",
+                ));
+            }
+            if q.continue_token.is_some() {
+                errs.push(FieldError::forbidden(
+                    MATCH,
+                    "resourceVersionMatch is forbidden when continue is provided",
+                ));
+            }
+            if m != "Exact" && m != "NotOlderThan" {
+                errs.push(FieldError::not_supported(
+                    MATCH,
+                    m,
+                    &["Exact", "NotOlderThan", ""],
+                ));
+            }
+            if m == "Exact" && q.resource_version.as_deref() == Some("0") {
+                errs.push(FieldError::forbidden(
+                    MATCH,
+                    "resourceVersionMatch \"exact\" is forbidden for resourceVersion \"0\"",
+                ));
+            }
+        }
+        if q.send_initial_events.is_some() {
+            errs.push(FieldError::forbidden(
+                "sendInitialEvents",
+                "sendInitialEvents is forbidden for list",
+            ));
+        }
+    }
+    if errs.is_empty() {
+        Ok(())
+    } else {
+        Err(ApiError::invalid_list_options(&errs))
+    }
 }
 
 /// `application/x-www-form-urlencoded` pairs, percent-decoded.
@@ -297,6 +369,42 @@ pub fn decode_continue(token: &str) -> Result<(u64, Key), ApiError> {
     Ok((rv.parse().map_err(|_| bad())?, crate::log::key(ns, name)))
 }
 
+/// The resourceVersion of a continue token that continues at the newest state: the token the
+/// apiserver hands back with a 410 for an expired one (its `rv` is -1 there too).
+const LATEST: &str = "-1";
+
+/// A continue token that resumes after `key` at the newest state rather than at a snapshot: the
+/// successor of an expired token, whose list will not be consistent.
+pub fn encode_continue_latest(key: &Key, shard: Option<&ShardSelector>) -> String {
+    let token = encode_continue_in_shard(0, key, shard);
+    // "0/..." hex-encoded starts with "30": the same token with "-1" in its place.
+    format!(
+        "{}{}",
+        LATEST
+            .bytes()
+            .map(|b| format!("{b:02x}"))
+            .collect::<String>(),
+        &token[2..]
+    )
+}
+
+/// Where a continue token resumes: its snapshot (`Exact`), or the newest state for the successor
+/// of an expired token; and the last key returned.
+pub fn decode_continue_at(token: &str) -> Result<(ListAt, Key), ApiError> {
+    let raw = continue_text(token)?;
+    match raw.strip_prefix(LATEST).filter(|r| r.starts_with('/')) {
+        Some(rest) => {
+            let again: String = format!("0{rest}")
+                .bytes()
+                .map(|b| format!("{b:02x}"))
+                .collect();
+            let (_, key) = decode_continue(&again)?;
+            Ok((ListAt::Latest, key))
+        }
+        None => decode_continue(token).map(|(rv, key)| (ListAt::Exact(rv), key)),
+    }
+}
+
 /// Whether an entry passes a request's selectors.
 pub fn selected(q: &Query, e: &Entry) -> bool {
     q.shard.as_ref().is_none_or(|s| s.matches(e))
@@ -386,6 +494,24 @@ mod tests {
     }
 
     #[test]
+    fn the_successor_of_an_expired_token_continues_at_the_newest_state() {
+        let key = crate::log::key("ns", "a.b");
+        let token = encode_continue_latest(&key, None);
+        assert_eq!(
+            decode_continue_at(&token).expect("valid"),
+            (ListAt::Latest, key.clone())
+        );
+        assert!(
+            decode_continue(&token).is_err(),
+            "no snapshot to continue at"
+        );
+        assert_eq!(
+            decode_continue_at(&encode_continue(7, &key)).expect("valid"),
+            (ListAt::Exact(7), key)
+        );
+    }
+
+    #[test]
     fn continue_tokens_keep_the_shard_selector() {
         let key = crate::log::key("ns", "a");
         let sel = ShardSelector::parse(&crate::shard::shard_selector_text(3, 7)).expect("valid");
@@ -419,7 +545,6 @@ mod tests {
             "limit=x",
             "labelSelector=a%20b",
             "fieldSelector=spec.foo%3Dx",
-            "resourceVersionMatch=Newest",
             "watch=maybe",
         ] {
             assert_eq!(
@@ -430,6 +555,90 @@ mod tests {
         }
         // spec.nodeName is a pod field only
         assert!(parse_query(Some("fieldSelector=spec.nodeName%3Dn"), &services).is_err());
+    }
+
+    #[test]
+    fn list_options_are_validated_as_the_apiserver_does() {
+        let pods = Resource::builtin("pods").expect("pods");
+        let check = |raw: &str, watch: bool| {
+            validate_list_options(&parse_query(Some(raw), &pods).expect("parses"), watch)
+        };
+        for ok in [
+            "resourceVersion=5&resourceVersionMatch=Exact",
+            "resourceVersion=5&resourceVersionMatch=NotOlderThan",
+            "resourceVersion=0",
+            "limit=5&continue=abc",
+        ] {
+            assert_eq!(check(ok, false), Ok(()), "{ok}");
+        }
+        for ok in [
+            "sendInitialEvents=true&resourceVersionMatch=NotOlderThan&allowWatchBookmarks=true",
+            // No bookmarks: the initial events come without the bookmark that ends them.
+            "sendInitialEvents=true&resourceVersionMatch=NotOlderThan",
+            "resourceVersion=5",
+        ] {
+            assert_eq!(check(ok, true), Ok(()), "{ok}");
+        }
+        let causes = |raw: &str, watch: bool| {
+            let e = check(raw, watch).expect_err(raw);
+            assert_eq!((e.code, e.reason), (422, "Invalid"), "{raw}");
+            let d = e.details.expect("details");
+            assert_eq!(
+                (d["group"].as_str(), d["kind"].as_str()),
+                (Some("meta.k8s.io"), Some("ListOptions"))
+            );
+            d["causes"]
+                .as_array()
+                .expect("causes")
+                .iter()
+                .map(|c| {
+                    format!(
+                        "{}:{}",
+                        c["reason"].as_str().unwrap_or(""),
+                        c["field"].as_str().unwrap_or("")
+                    )
+                })
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(
+            causes("resourceVersionMatch=Exact", false),
+            ["FieldValueForbidden:resourceVersionMatch"]
+        );
+        assert_eq!(
+            causes("resourceVersion=0&resourceVersionMatch=Exact", false),
+            ["FieldValueForbidden:resourceVersionMatch"]
+        );
+        assert_eq!(
+            causes("resourceVersion=1&resourceVersionMatch=Newest", false),
+            ["FieldValueNotSupported:resourceVersionMatch"]
+        );
+        assert_eq!(
+            causes("continue=x&resourceVersionMatch=NotOlderThan", false),
+            [
+                "FieldValueForbidden:resourceVersionMatch",
+                "FieldValueForbidden:resourceVersionMatch"
+            ]
+        );
+        assert_eq!(
+            causes("sendInitialEvents=true", false),
+            ["FieldValueForbidden:sendInitialEvents"]
+        );
+        assert_eq!(
+            causes("sendInitialEvents=true&allowWatchBookmarks=true", true),
+            ["FieldValueForbidden:resourceVersionMatch"]
+        );
+        assert_eq!(
+            causes("resourceVersion=1&resourceVersionMatch=Exact", true),
+            [
+                "FieldValueForbidden:resourceVersionMatch",
+                "FieldValueNotSupported:resourceVersionMatch"
+            ]
+        );
+        let e = check("resourceVersion=1&resourceVersionMatch=Exact", true).expect_err("invalid");
+        assert_eq!(
+            e.message,
+            "ListOptions.meta.k8s.io \"\" is invalid: [resourceVersionMatch: Forbidden: resourceVersionMatch is forbidden for watch unless sendInitialEvents is provided, resourceVersionMatch: Unsupported value: \"Exact\": supported values: \"NotOlderThan\"]"
+        );
     }
 
     #[test]

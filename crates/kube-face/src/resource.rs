@@ -285,6 +285,15 @@ impl Resource {
         )
     }
 
+    /// Whether the apiserver serves this kind itself (typed), not as a custom resource
+    /// (unstructured): the items of a typed kind's JSON list carry no kind or apiVersion, a custom
+    /// resource's keep theirs. Kubernetes' own groups are the core group, the dotless legacy ones
+    /// (`apps`, `batch`, `policy`, ...) and `*.k8s.io`; the custom resources kube-face knows
+    /// (`monitoring.coreos.com`, `security.istio.io`) are not.
+    pub fn is_typed(&self) -> bool {
+        !self.group.contains('.') || self.group.ends_with(".k8s.io")
+    }
+
     /// A custom resource, stored and served as raw objects.
     pub fn custom(
         group: &str,

@@ -17,8 +17,9 @@ use crate::backend::{Backend, WriteRequest};
 use crate::log::{ListAt, StoreError};
 use crate::proto::{self, MsgId};
 use crate::request::{
-    MAX_BODY_BYTES, Query, Route, Target, continue_shard, decode_continue,
-    encode_continue_in_shard, list_at, parse_query, route, selected, user_agent,
+    MAX_BODY_BYTES, Query, Route, Target, continue_shard, decode_continue_at,
+    encode_continue_in_shard, encode_continue_latest, list_at, parse_query, route, selected,
+    user_agent, validate_list_options,
 };
 use crate::resource::{ResId, Resource};
 use crate::status::ApiError;
@@ -64,6 +65,15 @@ pub async fn handle<B: Backend>(
         }
     };
     let is_watch = query.watch || target.watch_path;
+    // Lists and watches check their options as the apiserver does (a get has none of them).
+    if method == Method::GET
+        && (is_watch || target.name.is_none())
+        && let Err(e) = validate_list_options(&query, is_watch)
+    {
+        let v = verb(&method, &target, is_watch);
+        backend.request_done(&v, plural, e.code, &ua, 0, "application/json");
+        return e.into_response();
+    }
     let accept = headers.get(header::ACCEPT).and_then(|v| v.to_str().ok());
     let as_table = crate::table::wanted(accept);
     let verb = verb(&method, &target, is_watch);
@@ -130,15 +140,17 @@ pub async fn handle<B: Backend>(
         }
         Method::POST | Method::PUT | Method::DELETE => {
             match axum::body::to_bytes(body, MAX_BODY_BYTES).await {
-                Ok(bytes) => backend.write(
-                    target.resource,
-                    WriteRequest {
-                        method: &method,
-                        target: &target,
-                        query: &query,
-                        body: &bytes,
-                    },
-                ),
+                Ok(bytes) => backend
+                    .write(
+                        target.resource,
+                        WriteRequest {
+                            method: &method,
+                            target: &target,
+                            query: &query,
+                            body: &bytes,
+                        },
+                    )
+                    .map_err(|e| e.in_group(&resource.group)),
                 Err(_) => Err(ApiError::new(
                     413,
                     "RequestEntityTooLarge",
@@ -305,6 +317,39 @@ fn as_table_body(resource: &Resource, body: &[u8]) -> Bytes {
     Bytes::from(t.to_string())
 }
 
+/// The kind and apiVersion an object's JSON begins with, in either order (kube-sim's encoder
+/// writes apiVersion first, the apiserver kind first): the items of a typed kind's list carry
+/// neither, as the apiserver's do not (the list's own kind says what they are; a custom
+/// resource's list is unstructured and its items keep both).
+struct TypeMeta {
+    kind_first: Vec<u8>,
+    version_first: Vec<u8>,
+}
+
+impl TypeMeta {
+    fn new(kind: &str, api_version: &str) -> Self {
+        TypeMeta {
+            kind_first: format!(r#"{{"kind":"{kind}","apiVersion":"{api_version}","#).into_bytes(),
+            version_first: format!(r#"{{"apiVersion":"{api_version}","kind":"{kind}","#)
+                .into_bytes(),
+        }
+    }
+
+    /// Removes the leading kind and apiVersion of the object that starts at `out[at]`.
+    fn strip(&self, out: &mut Vec<u8>, at: usize) {
+        let obj = &out[at..];
+        let n = if obj.starts_with(&self.kind_first) {
+            self.kind_first.len()
+        } else if obj.starts_with(&self.version_first) {
+            self.version_first.len()
+        } else {
+            return;
+        };
+        // Keep the opening brace, drop the two members and their comma.
+        out.drain(at + 1..at + n);
+    }
+}
+
 pub fn json_response(code: StatusCode, body: Bytes) -> Response {
     (code, [(header::CONTENT_TYPE, "application/json")], body).into_response()
 }
@@ -337,10 +382,8 @@ async fn read<B: Backend>(backend: &B, target: &Target, q: &Query, out: &Out) ->
             None => (StatusCode::OK, e.bytes.to_bytes()),
         })
         .ok_or_else(|| {
-            ApiError::not_found(format!(
-                "{} {name:?} not found",
-                backend.catalog().get(target.resource).plural
-            ))
+            let r = backend.catalog().get(target.resource);
+            ApiError::object_not_found(&r.group, &r.plural, name)
         })
 }
 
@@ -380,13 +423,23 @@ async fn list<B: Backend>(backend: &B, target: &Target, q: &Query, fmt: &Out) ->
             ));
         }
         (Some(tok), None) => {
-            let (rv, key) = decode_continue(tok)?;
-            (ListAt::Exact(rv), Some(key))
+            let (at, key) = decode_continue_at(tok)?;
+            (at, Some(key))
         }
         (None, rv) => (
             list_at(rv.as_deref(), q.resource_version_match.as_deref())?,
             None,
         ),
+    };
+    // At resourceVersion "0" the apiserver's watch cache answers every object, whatever the
+    // limit (where the backend does the same).
+    let limit = if q.resource_version.as_deref() == Some("0")
+        && q.continue_token.is_none()
+        && !backend.limit_at_resource_version_zero()
+    {
+        None
+    } else {
+        q.limit
     };
     if let ListAt::NotOlderThan(n) | ListAt::Exact(n) = at
         && !wait_for_rv(backend, r, n).await
@@ -399,14 +452,21 @@ async fn list<B: Backend>(backend: &B, target: &Target, q: &Query, fmt: &Out) ->
             target.namespace.as_deref(),
             at,
             after.as_ref(),
-            q.limit,
+            limit,
             crate::log::indexed_value(&q.field),
             &|e| selected(q, e),
         )
-        .map_err(|e| match (e, &q.continue_token) {
-            (StoreError::Expired { .. }, Some(_)) => ApiError::expired(
-                "The provided continue parameter is too old to display a consistent list result. You can start a new list without the continue parameter, or use the continue token in this response to retrieve the remainder of the results. Continuing with the provided token results in an inconsistent list - objects that were created, modified, or deleted between the time the first chunk was returned and now may show up in the list.",
-            ),
+        .map_err(|e| match (e, &after) {
+            // As the apiserver's: the Status carries a token that continues after the same key
+            // at the newest state.
+            (StoreError::Expired { .. }, Some(key)) => {
+                ApiError::expired(
+                    "The provided continue parameter is too old to display a consistent list result. You can start a new list without the continue parameter, or use the continue token in this response to retrieve the remainder of the results. Continuing with the provided token results in an inconsistent list - objects that were created, modified, or deleted between the time the first chunk was returned and now may show up in the list.",
+                )
+                .with_metadata(serde_json::json!({
+                    "continue": encode_continue_latest(key, q.shard.as_ref()),
+                }))
+            }
             (StoreError::TooLarge { requested, current }, _) => too_large(requested, current),
             (e, _) => e.into(),
         })?;
@@ -469,11 +529,18 @@ async fn list<B: Backend>(backend: &B, target: &Target, q: &Query, fmt: &Out) ->
     out.extend_from_slice(b"\",\"metadata\":");
     out.extend_from_slice(&meta);
     out.extend_from_slice(b",\"items\":[");
+    let type_meta = resource
+        .is_typed()
+        .then(|| TypeMeta::new(&resource.kind, &resource.api_version()));
     for (i, e) in page.items.iter().enumerate() {
         if i > 0 {
             out.push(b',');
         }
+        let at = out.len();
         e.bytes.append_to(&mut out);
+        if let Some(t) = &type_meta {
+            t.strip(&mut out, at);
+        }
     }
     out.extend_from_slice(b"]}");
     Ok((StatusCode::OK, Bytes::from(out)))

@@ -12,27 +12,63 @@ pub fn wanted(accept: Option<&str>) -> bool {
     accept.is_some_and(|a| a.contains("as=Table"))
 }
 
-fn columns(r: &Resource) -> Vec<(&'static str, &'static str)> {
-    let mut cols = vec![("Name", "name")];
+/// One column of a Table: its name, type, format and priority (1: shown by `kubectl get -o wide`
+/// only).
+type Column = (&'static str, &'static str, &'static str, u8);
+
+/// The apiserver's columns for a kind (k8s.io/kubernetes pkg/printers/internalversion/printers.go),
+/// Name and Age for the rest (the default table convertor's).
+fn columns(r: &Resource) -> Vec<Column> {
+    let text = |name| (name, "string", "", 0);
+    let wide = |name| (name, "string", "", 1);
+    let mut cols = vec![("Name", "string", "name", 0)];
     cols.extend(match (r.group.as_str(), r.plural.as_str()) {
-        ("", "pods") => vec![("Ready", ""), ("Status", ""), ("Restarts", ""), ("Age", "")],
+        ("", "pods") => vec![
+            text("Ready"),
+            text("Status"),
+            text("Restarts"),
+            text("Age"),
+            wide("IP"),
+            wide("Node"),
+            wide("Nominated Node"),
+            wide("Readiness Gates"),
+        ],
         ("", "services") => vec![
-            ("Type", ""),
-            ("Cluster-IP", ""),
-            ("External-IP", ""),
-            ("Port(s)", ""),
-            ("Age", ""),
+            text("Type"),
+            text("Cluster-IP"),
+            text("External-IP"),
+            text("Port(s)"),
+            text("Age"),
+            wide("Selector"),
         ],
-        ("", "nodes") => vec![("Status", ""), ("Roles", ""), ("Age", ""), ("Version", "")],
-        ("", "namespaces") => vec![("Status", ""), ("Age", "")],
-        ("", "endpoints") => vec![("Endpoints", ""), ("Age", "")],
+        ("", "nodes") => vec![
+            text("Status"),
+            text("Roles"),
+            text("Age"),
+            text("Version"),
+            wide("Internal-IP"),
+            wide("External-IP"),
+            wide("OS-Image"),
+            wide("Kernel-Version"),
+            wide("Container-Runtime"),
+        ],
+        ("", "namespaces") => vec![text("Status"), text("Age")],
+        ("", "configmaps") => vec![text("Data"), text("Age")],
+        ("", "endpoints") => vec![text("Endpoints"), text("Age")],
         ("discovery.k8s.io", "endpointslices") => vec![
-            ("AddressType", ""),
-            ("Ports", ""),
-            ("Endpoints", ""),
-            ("Age", ""),
+            text("AddressType"),
+            text("Ports"),
+            text("Endpoints"),
+            text("Age"),
         ],
-        _ => vec![("Age", "")],
+        ("networking.k8s.io", "ingresses") => vec![
+            text("Class"),
+            text("Hosts"),
+            text("Address"),
+            text("Ports"),
+            text("Age"),
+        ],
+        _ => vec![text("Age")],
     });
     cols
 }
@@ -83,11 +119,29 @@ fn cells(r: &Resource, o: &Value) -> Vec<Value> {
                     .as_str()
                     .map_or_else(|| s(&o["status"]["phase"]), str::to_string)
             };
+            let gates = list(&o["spec"]["readinessGates"]);
+            let conditions = list(&o["status"]["conditions"]);
+            let gates_ready = gates
+                .iter()
+                .filter(|g| {
+                    conditions
+                        .iter()
+                        .any(|c| c["type"] == g["conditionType"] && c["status"] == "True")
+                })
+                .count();
             vec![
                 format!("{ready}/{total}"),
                 status,
                 restarts.to_string(),
                 age,
+                or_none(s(&o["status"]["podIP"])),
+                or_none(s(&o["spec"]["nodeName"])),
+                or_none(s(&o["status"]["nominatedNodeName"])),
+                if gates.is_empty() {
+                    "<none>".into()
+                } else {
+                    format!("{gates_ready}/{}", gates.len())
+                },
             ]
         }
         ("", "services") => {
@@ -110,17 +164,43 @@ fn cells(r: &Resource, o: &Value) -> Vec<Value> {
                     ports.join(",")
                 },
                 age,
+                or_none(pairs(&o["spec"]["selector"])),
             ]
         }
         ("", "nodes") => {
             let ready = list(&o["status"]["conditions"])
                 .iter()
                 .any(|c| c["type"] == "Ready" && c["status"] == "True");
+            let mut status = if ready { "Ready" } else { "NotReady" }.to_string();
+            if o["spec"]["unschedulable"] == true {
+                status.push_str(",SchedulingDisabled");
+            }
+            let mut roles: Vec<&str> = o["metadata"]["labels"]
+                .as_object()
+                .into_iter()
+                .flatten()
+                .filter_map(|(k, _)| k.strip_prefix("node-role.kubernetes.io/"))
+                .filter(|r| !r.is_empty())
+                .collect();
+            roles.sort_unstable();
+            let address = |ty: &str| {
+                list(&o["status"]["addresses"])
+                    .iter()
+                    .find(|a| a["type"] == ty)
+                    .map_or_else(|| "<none>".to_string(), |a| s(&a["address"]))
+            };
+            let info = &o["status"]["nodeInfo"];
+            let unknown = |v: String| if v.is_empty() { "<unknown>".into() } else { v };
             vec![
-                if ready { "Ready" } else { "NotReady" }.into(),
-                "<none>".into(),
+                status,
+                or_none(roles.join(",")),
                 age,
-                s(&o["status"]["nodeInfo"]["kubeletVersion"]),
+                s(&info["kubeletVersion"]),
+                address("InternalIP"),
+                address("ExternalIP"),
+                unknown(s(&info["osImage"])),
+                unknown(s(&info["kernelVersion"])),
+                unknown(s(&info["containerRuntimeVersion"])),
             ]
         }
         ("", "namespaces") => vec![
@@ -153,9 +233,67 @@ fn cells(r: &Resource, o: &Value) -> Vec<Value> {
             let n = list(&o["endpoints"]).len();
             vec![s(&o["addressType"]), ports.join(","), n.to_string(), age]
         }
+        ("networking.k8s.io", "ingresses") => {
+            let hosts: Vec<String> = list(&o["spec"]["rules"])
+                .iter()
+                .filter_map(|r| r["host"].as_str().map(str::to_string))
+                .collect();
+            let hosts = match hosts.len() {
+                0 => "*".to_string(),
+                1..=3 => hosts.join(","),
+                n => format!("{} + {} more...", hosts[..3].join(","), n - 3),
+            };
+            let address = list(&o["status"]["loadBalancer"]["ingress"])
+                .iter()
+                .map(|i| {
+                    i["ip"]
+                        .as_str()
+                        .or(i["hostname"].as_str())
+                        .unwrap_or("")
+                        .to_string()
+                })
+                .collect::<Vec<_>>()
+                .join(",");
+            let ports = if list(&o["spec"]["tls"]).is_empty() {
+                "80"
+            } else {
+                "80, 443"
+            };
+            vec![
+                or_none(s(&o["spec"]["ingressClassName"])),
+                hosts,
+                address,
+                ports.into(),
+                age,
+            ]
+        }
+        ("", "configmaps") => {
+            // An integer cell, as the apiserver's.
+            let n = ["data", "binaryData"]
+                .iter()
+                .map(|k| o[*k].as_object().map_or(0, |m| m.len()))
+                .sum::<usize>();
+            return [Value::from(name), Value::from(n), Value::from(age)].into();
+        }
         _ => vec![age],
     };
     std::iter::once(name).chain(rest).map(Value::from).collect()
+}
+
+fn or_none(v: String) -> String {
+    if v.is_empty() { "<none>".into() } else { v }
+}
+
+/// `k=v,...` of a string map, sorted by key (labels.FormatLabels), or "" when empty.
+fn pairs(m: &Value) -> String {
+    let mut kv: Vec<String> = m
+        .as_object()
+        .into_iter()
+        .flatten()
+        .map(|(k, v)| format!("{k}={}", v.as_str().unwrap_or("")))
+        .collect();
+    kv.sort_unstable();
+    kv.join(",")
 }
 
 fn row(r: &Resource, o: &Value) -> Value {
@@ -170,7 +308,7 @@ pub fn table(r: &Resource, objects: &[Value], list_meta: Value, with_columns: bo
     let defs: Vec<Value> = if with_columns {
         columns(r)
             .into_iter()
-            .map(|(name, format)| json!({"name": name, "type": "string", "format": format, "description": "", "priority": 0}))
+            .map(|(name, ty, format, priority)| json!({"name": name, "type": ty, "format": format, "description": "", "priority": priority}))
             .collect()
     } else {
         vec![]
@@ -195,7 +333,8 @@ mod tests {
             "status": {"phase": "Running", "containerStatuses": [{"ready": true, "restartCount": 2}, {"ready": false, "restartCount": 1}]}});
         let pods = Resource::builtin("pods").expect("pods");
         let t = table(&pods, &[pod], json!({"resourceVersion": "5"}), true);
-        assert_eq!(t["columnDefinitions"].as_array().expect("cols").len(), 5);
+        assert_eq!(t["columnDefinitions"].as_array().expect("cols").len(), 9);
+        assert_eq!(t["columnDefinitions"][5]["priority"], 1);
         let cells = &t["rows"][0]["cells"];
         assert_eq!(cells[0], "web-1");
         assert_eq!(cells[1], "1/2");

@@ -40,7 +40,7 @@ const MAX_TURN: usize = 256;
 enum Start {
     /// Synthetic ADDED events for the current state, then changes (RV unset or "0"; or
     /// sendInitialEvents=true, which also ends the initial events with the `k8s.io/initial-events-end`
-    /// bookmark).
+    /// bookmark when bookmarks are allowed).
     InitialEvents { end_bookmark: bool },
     /// Changes after this RV only.
     After(u64),
@@ -48,45 +48,26 @@ enum Start {
     Now,
 }
 
+/// Where a watch starts. Its options are valid ([`crate::request::validate_list_options`]): with
+/// sendInitialEvents, resourceVersionMatch is NotOlderThan, else it is unset. NB: the apiserver
+/// serves sendInitialEvents without allowWatchBookmarks: the initial events come, but no bookmark
+/// tells where they end.
 fn start_mode(q: &Query) -> Result<Start, ApiError> {
     let rv = q.resource_version.as_deref();
     match q.send_initial_events {
-        Some(send) => {
-            if !q.allow_bookmarks {
-                return Err(ApiError::new(
-                    422,
-                    "Invalid",
-                    "sendInitialEvents: Forbidden: sendInitialEvents requires setting allowWatchBookmarks to true",
-                ));
-            }
-            if q.resource_version_match.as_deref() != Some("NotOlderThan") {
-                return Err(ApiError::new(
-                    422,
-                    "Invalid",
-                    "resourceVersionMatch: Forbidden: sendInitialEvents requires setting resourceVersionMatch to NotOlderThan",
-                ));
-            }
-            match (send, rv) {
-                (true, _) => Ok(Start::InitialEvents { end_bookmark: true }),
-                (false, None | Some("0")) => Ok(Start::Now),
-                (false, Some(v)) => Ok(Start::After(parse_rv(v)?)),
-            }
-        }
-        None => {
-            if q.resource_version_match.is_some() {
-                return Err(ApiError::new(
-                    422,
-                    "Invalid",
-                    "resourceVersionMatch: Forbidden: resourceVersionMatch is forbidden for watch unless sendInitialEvents is provided",
-                ));
-            }
-            match rv {
-                None | Some("0") => Ok(Start::InitialEvents {
-                    end_bookmark: false,
-                }),
-                Some(v) => Ok(Start::After(parse_rv(v)?)),
-            }
-        }
+        Some(send) => match (send, rv) {
+            (true, _) => Ok(Start::InitialEvents {
+                end_bookmark: q.allow_bookmarks,
+            }),
+            (false, None | Some("0")) => Ok(Start::Now),
+            (false, Some(v)) => Ok(Start::After(parse_rv(v)?)),
+        },
+        None => match rv {
+            None | Some("0") => Ok(Start::InitialEvents {
+                end_bookmark: false,
+            }),
+            Some(v) => Ok(Start::After(parse_rv(v)?)),
+        },
     }
 }
 
@@ -336,9 +317,16 @@ impl<B: Backend> Watch<B> {
         let mut final_bookmark_sent = false;
         let mut bookmark_due = false;
 
+        // Bookmarks tell a watcher of progress past what the server held when the watch began
+        // (the apiserver's cacheWatcher sends none at or below the version its initial events
+        // reached): a watch of a quiet resource gets no bookmark, however long it runs.
+        let mut held_at_start = backend.resource_version(r);
         let mut cursor = match start {
-            Start::After(rv) => rv,
-            Start::Now => backend.resource_version(r),
+            Start::After(rv) => {
+                held_at_start = held_at_start.max(rv);
+                rv
+            }
+            Start::Now => held_at_start,
             Start::InitialEvents { end_bookmark } => {
                 rv_rx.mark_unchanged();
                 let page = backend
@@ -361,6 +349,7 @@ impl<B: Backend> Watch<B> {
                 if end_bookmark {
                     self.send(self.bookmark(page.rv, true)).await?;
                 }
+                held_at_start = page.rv;
                 page.rv
             }
         };
@@ -421,15 +410,20 @@ impl<B: Backend> Watch<B> {
             // nothing, and it keeps the cursor inside the window while other resources churn.
             cursor = cursor.max(complete_to);
             let now = Instant::now();
+            let progressed = cursor > held_at_start;
             if bookmark_due {
                 bookmark_due = false;
                 // Bookmarks carry the newest RV this watch has seen its resource's history through:
                 // sent after the read above, as a watch of one value wakes on its value only.
-                self.send(self.bookmark(cursor, false)).await?;
+                if progressed {
+                    self.send(self.bookmark(cursor, false)).await?;
+                }
             }
             if self.q.allow_bookmarks && !final_bookmark_sent && now >= final_bookmark_at {
                 final_bookmark_sent = true;
-                self.send(self.bookmark(cursor, false)).await?;
+                if progressed {
+                    self.send(self.bookmark(cursor, false)).await?;
+                }
             }
             if now >= deadline {
                 return Ok(End::Timeout);
@@ -515,24 +509,12 @@ mod tests {
             start_mode(&q(Some("5"), Some("NotOlderThan"), Some(false), true)),
             Ok(Start::After(5))
         );
-        // sendInitialEvents needs bookmarks and NotOlderThan; resourceVersionMatch needs sendInitialEvents
+        // Without bookmarks, the initial events come without the bookmark that ends them.
         assert_eq!(
-            start_mode(&q(None, Some("NotOlderThan"), Some(true), false))
-                .expect_err("x")
-                .code,
-            422
-        );
-        assert_eq!(
-            start_mode(&q(None, None, Some(true), true))
-                .expect_err("x")
-                .code,
-            422
-        );
-        assert_eq!(
-            start_mode(&q(Some("5"), Some("Exact"), None, true))
-                .expect_err("x")
-                .code,
-            422
+            start_mode(&q(None, Some("NotOlderThan"), Some(true), false)),
+            Ok(Start::InitialEvents {
+                end_bookmark: false
+            })
         );
         assert_eq!(
             start_mode(&q(Some("x"), None, None, true))

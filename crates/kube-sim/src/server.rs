@@ -14,6 +14,7 @@ use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use bytes::Bytes;
+use futures::StreamExt as _;
 use serde_json::{Value, json};
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
@@ -115,6 +116,10 @@ impl Backend for Shared {
     fn closer(&self) -> Option<tokio::sync::watch::Receiver<u64>> {
         Some(self.faults.closer())
     }
+    /// As the apiserver's watch cache: a list at resourceVersion "0" is every object at once.
+    fn limit_at_resource_version_zero(&self) -> bool {
+        false
+    }
     fn watch_delay(&self) -> Duration {
         self.faults.watch_delay()
     }
@@ -172,7 +177,8 @@ impl Shared {
 
 pub fn app(shared: Arc<Shared>) -> Router {
     let kube = kube_face::router(shared.clone())
-        .layer(middleware::from_fn_with_state(shared.clone(), fault_layer));
+        .layer(middleware::from_fn_with_state(shared.clone(), fault_layer))
+        .layer(middleware::from_fn(compression_layer));
     Router::new()
         .route("/sim/stats", get(stats))
         .route("/sim/dump", get(dump))
@@ -181,9 +187,101 @@ pub fn app(shared: Arc<Shared>) -> Router {
         .route("/healthz", get(|| async { "ok" }))
         .with_state(shared)
         .merge(kube)
-        .fallback(|| async {
-            ApiError::not_found("the server could not find the requested resource")
+        // A path no API group serves: the apiserver mux's plain-text 404.
+        .fallback(|| async { kube_face::status::page_not_found() })
+}
+
+/// Responses of this size or more are compressed when the client accepts gzip (the apiserver's
+/// `defaultGzipThresholdBytes`).
+const GZIP_THRESHOLD: usize = 128 * 1024;
+
+/// The apiserver's response compression, for clients that send `Accept-Encoding: gzip`: a
+/// response of [`GZIP_THRESHOLD`] or more is one gzip member; a streaming list (a watch with
+/// sendInitialEvents=true) is compressed whatever its size, one gzip member per write, as
+/// kube-apiserver 1.37 sends it (a client must decode every member: herald's transport does);
+/// other watches and small responses are sent as they are.
+async fn compression_layer(req: Request, next: Next) -> Response {
+    let gzip = req
+        .headers()
+        .get_all(header::ACCEPT_ENCODING)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .any(|v| v.split(',').any(accepts_gzip));
+    if !gzip {
+        return next.run(req).await;
+    }
+    let query = kube_face::request::form_pairs(req.uri().query().unwrap_or(""));
+    let flag = |name: &str| {
+        query
+            .iter()
+            .find(|(k, _)| k == name)
+            .is_some_and(|(_, v)| matches!(v.as_str(), "true" | "1" | "True"))
+    };
+    // The legacy `/api/v1/watch/...` and `/apis/GROUP/VERSION/watch/...` paths.
+    let segs: Vec<&str> = req
+        .uri()
+        .path()
+        .split('/')
+        .filter(|s| !s.is_empty())
+        .collect();
+    let watch_path = matches!(
+        segs.as_slice(),
+        ["api", _, "watch", ..] | ["apis", _, _, "watch", ..]
+    );
+    let watch = flag("watch") || watch_path;
+    let streaming_list = watch && flag("sendInitialEvents");
+    let resp = next.run(req).await;
+    if resp.headers().contains_key(header::CONTENT_ENCODING) || (watch && !streaming_list) {
+        return resp;
+    }
+    let (mut parts, body) = resp.into_parts();
+    let gzipped = |parts: &mut axum::http::response::Parts| {
+        parts.headers.remove(header::CONTENT_LENGTH);
+        parts
+            .headers
+            .insert(header::CONTENT_ENCODING, HeaderValue::from_static("gzip"));
+    };
+    if streaming_list {
+        if parts.status != StatusCode::OK {
+            return Response::from_parts(parts, body);
+        }
+        gzipped(&mut parts);
+        let members = body
+            .into_data_stream()
+            .map(|chunk| chunk.map(|c| Bytes::from(gzip_member(&c))));
+        return Response::from_parts(parts, Body::from_stream(members));
+    }
+    let Ok(bytes) = axum::body::to_bytes(body, usize::MAX).await else {
+        return ApiError::new(500, "InternalError", "reading the response").into_response();
+    };
+    if bytes.len() < GZIP_THRESHOLD {
+        return Response::from_parts(parts, Body::from(bytes));
+    }
+    gzipped(&mut parts);
+    Response::from_parts(parts, Body::from(gzip_member(&bytes)))
+}
+
+/// One `Accept-Encoding` element: gzip, not refused with `q=0`.
+fn accepts_gzip(element: &str) -> bool {
+    let mut it = element.split(';');
+    let coding = it.next().unwrap_or("").trim();
+    let refused = it.any(|p| {
+        p.split_once('=').is_some_and(|(k, v)| {
+            k.trim().eq_ignore_ascii_case("q") && v.trim().parse::<f32>().is_ok_and(|q| q == 0.0)
         })
+    });
+    coding.eq_ignore_ascii_case("gzip") && !refused
+}
+
+/// `data` as one complete gzip member, at the apiserver's level (1, best speed).
+fn gzip_member(data: &[u8]) -> Vec<u8> {
+    use std::io::Write as _;
+    let mut e = flate2::write::GzEncoder::new(
+        Vec::with_capacity(data.len() / 4 + 64),
+        flate2::Compression::fast(),
+    );
+    e.write_all(data).expect("writing to a Vec");
+    e.finish().expect("writing to a Vec")
 }
 
 async fn fault_layer(State(shared): State<Arc<Shared>>, req: Request, next: Next) -> Response {
@@ -197,12 +295,28 @@ async fn fault_layer(State(shared): State<Arc<Shared>>, req: Request, next: Next
             r
         }
         Verdict::Fail { code, retry_after } => {
+            let ua = user_agent(req.headers());
+            shared
+                .meter
+                .request(req.method().as_str(), "", code, &ua, 0);
+            if code == 429 {
+                // As the apiserver's priority and fairness (and max-in-flight) filters reject: a
+                // plain-text body, no Status, the wait in Retry-After.
+                return (
+                    StatusCode::TOO_MANY_REQUESTS,
+                    [
+                        (
+                            header::CONTENT_TYPE,
+                            "text/plain; charset=utf-8".to_string(),
+                        ),
+                        (header::X_CONTENT_TYPE_OPTIONS, "nosniff".to_string()),
+                        (header::RETRY_AFTER, retry_after.to_string()),
+                    ],
+                    "Too many requests, please try again later.\n",
+                )
+                    .into_response();
+            }
             let mut e = match code {
-                429 => ApiError::new(
-                    429,
-                    "TooManyRequests",
-                    "Too many requests, please try again later.",
-                ),
                 503 => ApiError::new(503, "ServiceUnavailable", "the server is restarting"),
                 _ => ApiError::new(
                     500,
@@ -210,13 +324,9 @@ async fn fault_layer(State(shared): State<Arc<Shared>>, req: Request, next: Next
                     "Internal error occurred: injected fault",
                 ),
             };
-            if code == 429 || code == 503 {
+            if code == 503 {
                 e.retry_after = Some(retry_after);
             }
-            let ua = user_agent(req.headers());
-            shared
-                .meter
-                .request(req.method().as_str(), "", code, &ua, 0);
             e.into_response()
         }
     }

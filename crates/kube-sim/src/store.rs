@@ -328,10 +328,10 @@ impl Store {
             m.insert("creationTimestamp".into(), created.into());
         }
         if let Some(o) = value.as_object_mut() {
-            o.insert("apiVersion".into(), kind.api_version().into());
-            o.insert("kind".into(), kind.name().into());
+            o.remove("apiVersion");
+            o.remove("kind");
         }
-        let bytes = Bytes::from(serde_json::to_vec(&value).expect("a Value always serializes"));
+        let bytes = Bytes::from(with_type_meta(kind, &value));
         let (labels, fields) = match kube_face::scan::head(&self.resources[&kind], &bytes) {
             Ok(h) => (h.labels, h.fields),
             Err(_) => Default::default(),
@@ -481,6 +481,25 @@ fn reacts(kind: Kind) -> bool {
 
 /// Decodes the typed kinds, so that a malformed body is rejected before it is stored and the controllers
 /// get a typed object. Custom resources are checked only for an object with metadata.
+/// An object's JSON with its apiVersion and kind first, then its other members (`value` holds
+/// neither), as an encoder of the typed object writes them: a list's items are the stored bytes
+/// with this head cut off (kube-face serve), however the object was written.
+fn with_type_meta(kind: Kind, value: &Value) -> Vec<u8> {
+    let rest = serde_json::to_vec(value).expect("a Value always serializes");
+    let mut out = Vec::with_capacity(rest.len() + 64);
+    out.extend_from_slice(b"{\"apiVersion\":");
+    out.extend_from_slice(&serde_json::to_vec(kind.api_version()).expect("a str serializes"));
+    out.extend_from_slice(b",\"kind\":");
+    out.extend_from_slice(&serde_json::to_vec(kind.name()).expect("a str serializes"));
+    if rest.len() > 2 {
+        out.push(b',');
+        out.extend_from_slice(&rest[1..]);
+    } else {
+        out.push(b'}');
+    }
+    out
+}
+
 pub fn typed(kind: Kind, value: &Value) -> Result<Option<Object>, StoreError> {
     fn de<T: serde::de::DeserializeOwned>(kind: Kind, v: &Value) -> Result<T, StoreError> {
         T::deserialize(v).map_err(|e| {

@@ -41,6 +41,7 @@ fn put(
     // The namespace in the path wins; a different one in the body is an error, as in the apiserver.
     if kind.namespaced() {
         let Some(path_ns) = &target.namespace else {
+            // The all-namespaces path serves list and watch only.
             return Err(ApiError::method_not_allowed(format!(
                 "{} must be created in a namespace",
                 kind.plural()
@@ -65,11 +66,13 @@ fn put(
             .and_then(Value::as_str)
             .unwrap_or("");
         match &target.name {
+            // A collection takes no PUT.
+            None => return Err(ApiError::method_not_allowed("PUT on a collection")),
             Some(n) if n == body_name => {}
-            _ => {
-                return Err(ApiError::bad_request(
-                    "the name of the object does not match the name on the URL",
-                ));
+            Some(n) => {
+                return Err(ApiError::bad_request(format!(
+                    "the name of the object ({body_name}) does not match the name on the URL ({n})"
+                )));
             }
         }
     } else if target.name.is_some() {
@@ -93,17 +96,80 @@ fn put(
 
 fn delete(store: &Store, kind: Kind, target: &Target, q: &Query) -> Reply {
     let Some(name) = &target.name else {
-        return Err(ApiError::method_not_allowed(
-            "deletecollection is not supported by kube-sim",
-        ));
+        return delete_collection(store, kind, target, q);
     };
     let ns = target.namespace.as_deref().unwrap_or("");
     if q.dry_run {
         let e = store
             .get(kind, ns, name)
-            .ok_or_else(|| ApiError::not_found(format!("{} {name:?} not found", kind.plural())))?;
-        return Ok((StatusCode::OK, e.bytes.to_bytes()));
+            .ok_or_else(|| ApiError::object_not_found(kind.group(), kind.plural(), name))?;
+        return Ok((StatusCode::OK, deleted(kind, &e)));
     }
     let old = store.delete(kind, ns, name, None)?;
-    Ok((StatusCode::OK, old.bytes.to_bytes()))
+    Ok((StatusCode::OK, deleted(kind, &old)))
+}
+
+/// What a delete answers: the object for the kinds whose registry returns it (pods, Services,
+/// namespaces: `ReturnDeletedObject`), else a Status of success naming it, as the apiserver.
+fn deleted(kind: Kind, e: &kube_face::Entry) -> Bytes {
+    if matches!(kind, Kind::Pod | Kind::Service | Kind::Namespace) {
+        return e.bytes.to_bytes();
+    }
+    let obj: Value = serde_json::from_slice(&e.bytes.get()).unwrap_or_default();
+    let mut details = kube_face::status::object_details(kind.group(), kind.plural(), e.name());
+    details["uid"] = obj["metadata"]["uid"].clone();
+    Bytes::from(
+        serde_json::json!({
+            "kind": "Status",
+            "apiVersion": "v1",
+            "metadata": {},
+            "status": "Success",
+            "details": details,
+        })
+        .to_string(),
+    )
+}
+
+/// DELETE of a collection (deletecollection): every object the selectors pick, deleted; the answer
+/// is the list of them, as the apiserver's. The all-namespaces path of a namespaced kind serves
+/// list and watch only.
+fn delete_collection(store: &Store, kind: Kind, target: &Target, q: &Query) -> Reply {
+    if kind.namespaced() && target.namespace.is_none() {
+        return Err(ApiError::method_not_allowed(
+            "deletecollection of all namespaces",
+        ));
+    }
+    let page = store.list(
+        kind,
+        target.namespace.as_deref(),
+        kube_face::ListAt::Latest,
+        None,
+        None,
+        None,
+        &|e| kube_face::request::selected(q, e),
+    )?;
+    let mut items = Vec::with_capacity(page.items.len());
+    for e in &page.items {
+        if !q.dry_run {
+            match store.delete(kind, e.namespace(), e.name(), None) {
+                Ok(_) => {}
+                // Deleted meanwhile: not this request's.
+                Err(kube_face::StoreError::NotFound { .. }) => continue,
+                Err(err) => return Err(err.into()),
+            }
+        }
+        let mut obj: Value = serde_json::from_slice(&e.bytes.get()).unwrap_or_default();
+        if let Some(o) = obj.as_object_mut() {
+            o.remove("kind");
+            o.remove("apiVersion");
+        }
+        items.push(obj);
+    }
+    let list = serde_json::json!({
+        "kind": format!("{}List", kind.name()),
+        "apiVersion": kind.api_version(),
+        "metadata": {"resourceVersion": store.resource_version().to_string()},
+        "items": items,
+    });
+    Ok((StatusCode::OK, Bytes::from(list.to_string())))
 }

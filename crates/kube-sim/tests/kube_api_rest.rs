@@ -115,14 +115,6 @@ async fn bad_input_gets_the_right_status_never_a_crash() {
             "NotFound",
         ),
         (
-            c.get(format!(
-                "{}/apis/apps/v1/namespaces/default/deployments",
-                sim.url()
-            )),
-            404,
-            "NotFound",
-        ),
-        (
             c.get(format!("{base}?labelSelector=a%20b%20c")),
             400,
             "BadRequest",
@@ -160,6 +152,19 @@ async fn bad_input_gets_the_right_status_never_a_crash() {
         assert_eq!(r.status().as_u16(), code);
         assert_status(&r.json().await.expect("Status body"), code, reason);
     }
+    // A group kube-sim does not serve is a path no API handler serves: the apiserver mux's
+    // plain-text 404, no Status.
+    let r = c
+        .get(format!(
+            "{}/apis/apps/v1/namespaces/default/deployments",
+            sim.url()
+        ))
+        .send()
+        .await
+        .expect("request");
+    assert_eq!(r.status(), 404);
+    assert_eq!(r.headers()["content-type"], "text/plain; charset=utf-8");
+    assert_eq!(r.text().await.expect("text"), "404 page not found\n");
     // still serving
     let (code, _) = get_json(&base).await;
     assert_eq!(code, 200);
@@ -413,7 +418,12 @@ async fn injected_errors_and_restarts_answer_like_an_overloaded_apiserver() {
     let r = client().get(&url).send().await.expect("get");
     assert_eq!(r.status(), 429);
     assert_eq!(r.headers()["retry-after"], "3");
-    assert_status(&r.json().await.expect("Status"), 429, "TooManyRequests");
+    // As priority and fairness rejects: plain text, no Status.
+    assert_eq!(r.headers()["content-type"], "text/plain; charset=utf-8");
+    assert_eq!(
+        r.text().await.expect("text"),
+        "Too many requests, please try again later.\n"
+    );
     // the admin face is never faulted
     assert_eq!(
         client()

@@ -423,10 +423,21 @@ async fn send_initial_events_ends_with_the_initial_events_end_bookmark() {
             .expect("n")
             >= rv
     );
-    // Without allowWatchBookmarks the request is invalid, as in the apiserver.
+    // Without allowWatchBookmarks the apiserver (1.37) serves the initial events all the same,
+    // but no bookmark says where they end.
+    let mut w = Watch::open(&format!(
+        "{base}?watch=true&sendInitialEvents=true&resourceVersionMatch=NotOlderThan&timeoutSeconds=1"
+    ))
+    .await;
+    assert_eq!(w.expect().await, ev("ADDED", "one", "1"));
+    assert!(
+        w.next(Duration::from_secs(3)).await.is_none(),
+        "no bookmark, the watch ends"
+    );
+    // Without resourceVersionMatch=NotOlderThan it is invalid, as in the apiserver.
     let r = client()
         .get(format!(
-            "{base}?watch=true&sendInitialEvents=true&resourceVersionMatch=NotOlderThan"
+            "{base}?watch=true&sendInitialEvents=true&allowWatchBookmarks=true"
         ))
         .send()
         .await
@@ -441,18 +452,26 @@ async fn bookmarks_arrive_periodically_and_before_the_timeout() {
         ..Settings::default()
     };
     let face = crate::start_face(1000, settings).await;
-    let (base, _wbase) = (face.cms(), face.writes());
+    let (base, wbase) = (face.cms(), face.writes());
     let began = std::time::Instant::now();
+    // Bookmarks tell of progress the watcher has not seen: writes its selector leaves out.
     let mut w = Watch::open(&format!(
-        "{base}?watch=true&allowWatchBookmarks=true&timeoutSeconds=2&resourceVersion={}",
+        "{base}?watch=true&allowWatchBookmarks=true&timeoutSeconds=2&labelSelector=watched%3Dyes&resourceVersion={}",
         face.sim.handle().resource_version()
     ))
     .await;
+    let writer = tokio::spawn(async move {
+        for i in 0..18 {
+            post(&wbase, &cm(&format!("unwatched-{i}"), json!({}), "x")).await;
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    });
     let mut bookmarks = 0;
     while let Some(e) = w.next(Duration::from_secs(4)).await {
         assert_eq!(e["type"], "BOOKMARK");
         bookmarks += 1;
     }
+    writer.await.expect("the writer");
     assert!(w.ended, "the server ends the watch at timeoutSeconds");
     let took = began.elapsed();
     assert!(
@@ -463,6 +482,25 @@ async fn bookmarks_arrive_periodically_and_before_the_timeout() {
         bookmarks >= 3,
         "periodic bookmarks plus one before the timeout, got {bookmarks}"
     );
+}
+
+#[tokio::test]
+async fn a_quiet_watch_gets_no_bookmarks() {
+    let settings = Settings {
+        bookmark_interval: Duration::from_millis(200),
+        ..Settings::default()
+    };
+    let face = crate::start_face(1000, settings).await;
+    let base = face.cms();
+    // Nothing happens after the version the watch starts from: as from the apiserver's watch
+    // cache, no bookmark (there is no progress to tell of), then the end at the timeout.
+    let mut w = Watch::open(&format!(
+        "{base}?watch=true&allowWatchBookmarks=true&timeoutSeconds=1&resourceVersion={}",
+        face.sim.handle().resource_version()
+    ))
+    .await;
+    assert!(w.next(Duration::from_secs(3)).await.is_none(), "no event");
+    assert!(w.ended, "the server ends the watch at timeoutSeconds");
 }
 
 #[tokio::test]
