@@ -104,6 +104,14 @@ pub struct RefusedLabels {
     pub reason: &'static str,
 }
 
+/// `herald_build_info`'s labels: what is running.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct BuildLabels {
+    pub version: String,
+    pub commit: String,
+    pub rustc: String,
+}
+
 /// Every metric herald exports. Cheap handles: clone freely.
 #[derive(Debug, Default, Clone)]
 pub struct Metrics {
@@ -147,6 +155,8 @@ pub struct Metrics {
     pub sd_consumers: Gauge,
     pub direct_watches: Gauge,
     pub watches_saved: Gauge,
+    /// 1 for the running build (`set_build_info`).
+    pub build_info: Family<BuildLabels, Gauge>,
 }
 
 /// Seconds from an SD request's arrival to its response head, a long-poll's wait left out: what
@@ -398,7 +408,73 @@ impl Metrics {
             "PeerAuthentications left out because they could not be read (listed in /sd/v1)",
             self.istio_policy_problems.clone(),
         );
+        r.register(
+            "build_info",
+            "1 for the running herald: its version, the commit it was built from and its compiler",
+            self.build_info.clone(),
+        );
         r
+    }
+
+    /// `herald_build_info{version, commit, rustc} 1`, so a dashboard can tell builds apart.
+    pub fn set_build_info(&self, version: &str, commit: &str, rustc: &str) {
+        self.build_info
+            .get_or_create(&BuildLabels {
+                version: version.into(),
+                commit: commit.into(),
+                rustc: rustc.into(),
+            })
+            .set(1);
+    }
+
+    /// Creates, at 0, the series whose label values are known from the start: the upstream
+    /// counters of each of `kinds` and each event, the SD bytes of each encoding, and with the
+    /// Kubernetes API face on (`face`) its per-kind counters and its refusals for each verb and
+    /// reason. Series keyed by an HTTP status code or a last event's age stay absent until they have
+    /// a value. Alerts on `rate()` or `increase()` of a
+    /// series then see its first event instead of a series appearing at 1 (Prometheus's
+    /// instrumentation practices: "avoid missing metrics").
+    pub fn export_known(&self, kinds: &[String], face: bool) {
+        for kind in kinds {
+            let label = Metrics::kind(kind);
+            drop(self.upstream_watches.get_or_create(&label));
+            drop(self.upstream_lists.get_or_create(&label));
+            drop(self.upstream_relists.get_or_create(&label));
+            drop(self.upstream_errors.get_or_create(&label));
+            drop(self.upstream_malformed.get_or_create(&label));
+            drop(self.upstream_oversized.get_or_create(&label));
+            drop(self.upstream_stale.get_or_create(&label));
+            drop(self.upstream_bytes.get_or_create(&label));
+            // `upstream.rs` counts these three events.
+            for event in ["apply", "delete", "relist_object"] {
+                drop(self.upstream_events.get_or_create(&EventLabels {
+                    kind: kind.clone(),
+                    event: event.into(),
+                }));
+            }
+            if face {
+                drop(self.kube_watchers_closed_slow.get_or_create(&label));
+                drop(self.kube_watches_open.get_or_create(&label));
+                drop(self.kube_events_sent.get_or_create(&label));
+                drop(self.kube_bytes_sent.get_or_create(&label));
+                drop(self.kube_watch_writes.get_or_create(&label));
+            }
+        }
+        // The SD face's two encodings (`http/sd.rs`).
+        for encoding in ["identity", "gzip"] {
+            drop(self.sd_bytes.get_or_create(&EncodingLabels { encoding }));
+        }
+        if face {
+            // kube-face admits lists and watches only (`serve.rs`); reasons as `RefusedLabels`.
+            for verb in ["LIST", "WATCH"] {
+                for reason in ["rate", "initializing"] {
+                    drop(self.kube_admission_refused.get_or_create(&RefusedLabels {
+                        verb: verb.into(),
+                        reason,
+                    }));
+                }
+            }
+        }
     }
 
     pub fn kind(kind: &str) -> KindLabels {

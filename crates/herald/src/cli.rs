@@ -7,18 +7,86 @@ use std::time::Duration;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use herald_server::{InitialList, UpstreamCompression};
 
+use crate::size::ByteSize;
+
+/// `herald --version`: the crate's version, the commit it was built from (`unknown` outside a git
+/// checkout) and the compiler (build.rs).
+pub const VERSION: &str = concat!(
+    env!("CARGO_PKG_VERSION"),
+    " (commit ",
+    env!("HERALD_COMMIT"),
+    ", ",
+    env!("HERALD_RUSTC"),
+    ")"
+);
+
 #[derive(Debug, Parser)]
 #[command(
     name = "herald",
-    version,
+    version = VERSION,
     about = "One Kubernetes discovery, served to every Prometheus"
 )]
 pub struct Cli {
     #[command(subcommand)]
     pub command: Command,
-    /// Log format (RUST_LOG sets the level; default info).
+    /// Log format.
     #[arg(long, global = true, value_enum, default_value_t = LogFormat::Text, env = "HERALD_LOG_FORMAT")]
     pub log_format: LogFormat,
+    /// What is logged: error, warn, info, debug or trace [default: info; warn for demo]. RUST_LOG,
+    /// when set, wins (it also takes per-module directives: RUST_LOG=herald_server=debug).
+    #[arg(long, global = true, value_enum, value_name = "LEVEL")]
+    pub log_level: Option<LogLevel>,
+    /// Log more: one level up per -v (-vv: two).
+    #[arg(short = 'v', long = "verbose", global = true, action = clap::ArgAction::Count)]
+    pub verbose: u8,
+    /// Log less: one level down per -q.
+    #[arg(short = 'q', long = "quiet", global = true, action = clap::ArgAction::Count)]
+    pub quiet: u8,
+}
+
+/// A log level, from the least to the most verbose.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, ValueEnum)]
+pub enum LogLevel {
+    Error,
+    Warn,
+    Info,
+    Debug,
+    Trace,
+}
+
+impl LogLevel {
+    const ALL: [LogLevel; 5] = [
+        LogLevel::Error,
+        LogLevel::Warn,
+        LogLevel::Info,
+        LogLevel::Debug,
+        LogLevel::Trace,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            LogLevel::Error => "error",
+            LogLevel::Warn => "warn",
+            LogLevel::Info => "info",
+            LogLevel::Debug => "debug",
+            LogLevel::Trace => "trace",
+        }
+    }
+
+    /// This level moved `up` steps towards trace and `down` towards error, within the ends.
+    pub fn shifted(self, up: u8, down: u8) -> LogLevel {
+        let at = self as i32 + i32::from(up) - i32::from(down);
+        LogLevel::ALL[at.clamp(0, 4) as usize]
+    }
+}
+
+impl Cli {
+    /// The level asked for: `--log-level`, else `default`, moved by `-v` and `-q`.
+    pub fn log_level(&self, default: LogLevel) -> LogLevel {
+        self.log_level
+            .unwrap_or(default)
+            .shifted(self.verbose, self.quiet)
+    }
 }
 
 #[derive(Debug, Subcommand)]
@@ -35,6 +103,17 @@ pub enum Command {
     /// Ask a running herald which jobs and shards serve an object's targets, with which labels,
     /// and which rule, selector or port dropped the rest (`GET /explain`).
     Explain(ExplainArgs),
+    /// Print a shell completion script: `herald completion bash > /etc/bash_completion.d/herald`,
+    /// `herald completion zsh > "${fpath[1]}/_herald"`, `herald completion fish >
+    /// ~/.config/fish/completions/herald.fish`.
+    Completion(CompletionArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct CompletionArgs {
+    /// The shell the script is for.
+    #[arg(value_enum)]
+    pub shell: clap_complete::Shell,
 }
 
 #[derive(Debug, Args)]
@@ -118,12 +197,17 @@ pub struct ServeArgs {
     /// The job file: `jobs:` with one Prometheus kubernetes_sd_configs entry per job, plus a name.
     #[arg(long, value_name = "FILE")]
     pub config: PathBuf,
-    /// The apiserver URL (no credentials). Without this or --kubeconfig, in-cluster config is used.
-    #[arg(long, value_name = "URL", conflicts_with = "kubeconfig")]
+    /// The apiserver URL (no credentials). Without this, --kubeconfig or --context, in-cluster
+    /// config is used.
+    #[arg(long, value_name = "URL", conflicts_with_all = ["kubeconfig", "context"])]
     pub apiserver: Option<String>,
-    /// A kubeconfig file to reach the apiserver with (its current context).
+    /// A kubeconfig file to reach the apiserver with (its current context, or --context).
     #[arg(long, value_name = "PATH")]
     pub kubeconfig: Option<PathBuf>,
+    /// The kubeconfig context to use (default: its current context). Without --kubeconfig, the
+    /// kubeconfig KUBECONFIG or ~/.kube/config names.
+    #[arg(long, value_name = "NAME")]
+    pub context: Option<String>,
     /// Where to serve HTTP SD, the status page, /metrics, /healthz and /readyz; overrides
     /// `server.listen` [default: 127.0.0.1:9095].
     #[arg(long, value_name = "ADDR")]
@@ -146,26 +230,29 @@ pub struct ServeArgs {
     /// Serve --listen on a non-loopback address without authentication.
     #[arg(long)]
     pub insecure: bool,
-    /// Upstream objects larger than this many bytes are refused (counted in
-    /// herald_upstream_oversized_objects_total; the object's last good version is kept).
-    #[arg(long, value_name = "BYTES", default_value_t = herald_server::frames::DEFAULT_MAX_OBJECT_BYTES)]
-    pub max_object_bytes: usize,
-    /// The most the HTTP SD response bodies kept between requests may hold, in bytes (zstd blocks
-    /// and gzip forms; least recently used evicted first, rebuilt on the next request). Shown as
-    /// herald_sd_body_bytes_held; 0 keeps none.
-    #[arg(long, value_name = "BYTES", default_value_t = herald_server::bodies::DEFAULT_BUDGET_BYTES)]
-    pub body_budget_bytes: usize,
-    /// The most the hot HTTP SD bodies may hold, in bytes: a body sent again within 10 s is kept
-    /// expanded (identity) or whole (gzip) while it is asked for, so its responses skip
-    /// decompressing it. Within --body-budget-bytes, in the room the kept bodies leave (hot bodies
-    /// give way first); herald_sd_hot_body_bytes_held. 0 keeps none.
-    #[arg(long, value_name = "BYTES", default_value_t = herald_server::hot::DEFAULT_HOT_BYTES)]
-    pub hot_body_bytes: usize,
+    /// Upstream objects larger than this are refused (counted in
+    /// herald_upstream_oversized_objects_total; the object's last good version is kept). Bytes, or
+    /// a size with a unit: 3Mi, 4MB.
+    #[arg(long, value_name = "SIZE", default_value_t = ByteSize(herald_server::frames::DEFAULT_MAX_OBJECT_BYTES))]
+    pub max_object_bytes: ByteSize,
+    /// The most the HTTP SD response bodies kept between requests may hold (zstd blocks and gzip
+    /// forms; least recently used evicted first, rebuilt on the next request). Shown as
+    /// herald_sd_body_bytes_held; 0 keeps none. Bytes, or a size with a unit: 512Mi, 1Gi, 400MB.
+    #[arg(long, value_name = "SIZE", default_value_t = ByteSize(herald_server::bodies::DEFAULT_BUDGET_BYTES))]
+    pub body_budget_bytes: ByteSize,
+    /// The most the hot HTTP SD bodies may hold: a body sent again within 10 s is kept expanded
+    /// (identity) or whole (gzip) while it is asked for, so its responses skip decompressing it.
+    /// Within --body-budget-bytes, in the room the kept bodies leave (hot bodies give way first);
+    /// herald_sd_hot_body_bytes_held. 0 keeps none. Bytes, or a size with a unit: 128Mi.
+    #[arg(long, value_name = "SIZE", default_value_t = ByteSize(herald_server::hot::DEFAULT_HOT_BYTES))]
+    pub hot_body_bytes: ByteSize,
     /// herald's own namespace, for jobs with `namespaces.own_namespace: true` (else the
     /// service-account namespace file, as Prometheus reads it).
     #[arg(long, value_name = "NAME", env = "POD_NAMESPACE")]
     pub namespace: Option<String>,
-    /// How the first list of each kind is read from the apiserver.
+    /// How herald takes each kind's first list from the apiserver: `auto` asks for a streaming list
+    /// (a watch with sendInitialEvents, KEP-3157) from apiservers 1.32 and newer and does a paged
+    /// LIST then a WATCH on older ones; `streaming` and `list` force one of the two.
     #[arg(long, value_enum, default_value_t = InitialListArg::Auto)]
     pub initial_list: InitialListArg,
     /// Whether herald asks the apiserver for gzip-compressed lists and watches. `none` spends no
@@ -240,13 +327,13 @@ fn parse_duration(s: &str) -> Result<Duration, String> {
     herald_server::http::parse_duration(s)
 }
 
-/// Logs to stderr (RUST_LOG, else `default_level`), and keeps recent warnings for the status page.
-pub fn init_tracing(format: LogFormat, default_level: &str) {
+/// Logs to stderr (RUST_LOG when set, else `level`), and keeps recent warnings for the status page.
+pub fn init_tracing(format: LogFormat, level: LogLevel) {
     use tracing_subscriber::layer::SubscriberExt as _;
     use tracing_subscriber::util::SubscriberInitExt as _;
     use tracing_subscriber::{EnvFilter, fmt};
     let filter =
-        EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default_level));
+        EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(level.as_str()));
     let registry = tracing_subscriber::registry()
         .with(filter)
         .with(herald_server::status::RecentWarnings);
@@ -257,5 +344,126 @@ pub fn init_tracing(format: LogFormat, default_level: &str) {
         LogFormat::Json => registry
             .with(fmt::layer().json().with_writer(std::io::stderr))
             .init(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cli(args: &[&str]) -> Cli {
+        Cli::try_parse_from(args).unwrap_or_else(|e| panic!("{args:?}: {e}"))
+    }
+
+    #[test]
+    fn the_log_level_is_the_flag_else_the_default_moved_by_v_and_q() {
+        let info = LogLevel::Info;
+        assert_eq!(
+            cli(&["herald", "demo"]).log_level(LogLevel::Warn),
+            LogLevel::Warn
+        );
+        assert_eq!(
+            cli(&["herald", "demo", "-v"]).log_level(LogLevel::Warn),
+            info
+        );
+        assert_eq!(
+            cli(&["herald", "--log-level", "debug", "demo"]).log_level(LogLevel::Warn),
+            LogLevel::Debug
+        );
+        assert_eq!(
+            cli(&["herald", "demo", "-vvvvvv"]).log_level(info),
+            LogLevel::Trace
+        );
+        assert_eq!(
+            cli(&["herald", "-qqq", "demo"]).log_level(info),
+            LogLevel::Error
+        );
+        assert_eq!(
+            cli(&["herald", "demo", "--log-level=warn", "-v", "-q"]).log_level(info),
+            LogLevel::Warn
+        );
+        let err =
+            Cli::try_parse_from(["herald", "demo", "--log-level", "loud"]).expect_err("refused");
+        assert!(err.to_string().contains("loud"), "{err}");
+    }
+
+    #[test]
+    fn serve_takes_sizes_with_units_and_raw_bytes() {
+        let args = |extra: &[&str]| -> ServeArgs {
+            let mut v = vec!["herald", "serve", "--config", "jobs.yaml"];
+            v.extend_from_slice(extra);
+            match cli(&v).command {
+                Command::Serve(a) => *a,
+                other => panic!("{other:?}"),
+            }
+        };
+        let d = args(&[]);
+        assert_eq!(
+            d.body_budget_bytes.0,
+            herald_server::bodies::DEFAULT_BUDGET_BYTES
+        );
+        assert_eq!(d.hot_body_bytes.0, herald_server::hot::DEFAULT_HOT_BYTES);
+        assert_eq!(
+            d.max_object_bytes.0,
+            herald_server::frames::DEFAULT_MAX_OBJECT_BYTES
+        );
+        let a = args(&[
+            "--body-budget-bytes",
+            "1Gi",
+            "--hot-body-bytes=400MB",
+            "--max-object-bytes",
+            "4194304",
+        ]);
+        assert_eq!(a.body_budget_bytes.0, 1 << 30);
+        assert_eq!(a.hot_body_bytes.0, 400_000_000);
+        assert_eq!(a.max_object_bytes.0, 4 << 20);
+        let err = Cli::try_parse_from([
+            "herald",
+            "serve",
+            "--config",
+            "j",
+            "--body-budget-bytes",
+            "lots",
+        ])
+        .expect_err("refused");
+        assert!(err.to_string().contains("invalid size \"lots\""), "{err}");
+    }
+
+    #[test]
+    fn serve_takes_a_context_but_not_with_an_apiserver_url() {
+        let parsed = cli(&[
+            "herald",
+            "serve",
+            "--config",
+            "j",
+            "--kubeconfig",
+            "k",
+            "--context",
+            "prod",
+        ]);
+        let Command::Serve(a) = parsed.command else {
+            panic!("serve")
+        };
+        assert_eq!(a.context.as_deref(), Some("prod"));
+        assert!(
+            Cli::try_parse_from([
+                "herald",
+                "serve",
+                "--config",
+                "j",
+                "--apiserver",
+                "http://x",
+                "--context",
+                "c"
+            ])
+            .is_err()
+        );
+    }
+
+    #[test]
+    fn the_version_names_the_commit_and_the_compiler() {
+        assert!(VERSION.starts_with(env!("CARGO_PKG_VERSION")), "{VERSION}");
+        assert!(VERSION.contains("(commit "), "{VERSION}");
+        assert!(VERSION.contains("rustc "), "{VERSION}");
     }
 }

@@ -1,7 +1,8 @@
 //! herald: one Kubernetes discovery for every Prometheus. `herald serve` runs it against a cluster,
 //! `herald demo` against an in-process kube-sim; `herald audit` reviews a cluster's discovery setup;
 //! `herald simulate` measures what its Services cost kube-proxy and its watchers the apiserver.
-//! `herald explain` asks a running herald why an object's targets are (not) served.
+//! `herald explain` asks a running herald why an object's targets are (not) served;
+//! `herald completion` prints a shell completion script.
 //! This file only parses arguments and dispatches.
 
 mod audit;
@@ -10,8 +11,9 @@ mod demo;
 mod explain;
 mod serve;
 mod simulate;
+mod size;
 
-use clap::Parser;
+use clap::{CommandFactory as _, Parser};
 
 // mimalloc, for herald's many small short-lived allocations (see herald-alloc); the system's with
 // the `system-alloc` feature, for heap profiles.
@@ -26,11 +28,20 @@ async fn main() -> anyhow::Result<()> {
     herald_server::heap::set_release(herald_alloc::release_free_memory);
     // The demo's start-up output is what a newcomer reads: its logs default to warnings only.
     let default_level = match cli.command {
-        cli::Command::Demo(_) => "warn",
-        _ => "info",
+        cli::Command::Demo(_) => cli::LogLevel::Warn,
+        _ => cli::LogLevel::Info,
     };
-    cli::init_tracing(cli.log_format, default_level);
+    cli::init_tracing(cli.log_format, cli.log_level(default_level));
     match cli.command {
+        cli::Command::Completion(args) => {
+            clap_complete::generate(
+                args.shell,
+                &mut cli::Cli::command(),
+                "herald",
+                &mut std::io::stdout(),
+            );
+            Ok(())
+        }
         cli::Command::Serve(args) => serve::run(*args).await,
         cli::Command::Demo(args) => demo::run(args).await,
         cli::Command::Audit(args) => audit::run(args).await,

@@ -42,21 +42,35 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
             user_agent: USER_AGENT.to_string(),
             kube,
             security,
-            max_object_bytes: args.max_object_bytes,
-            body_budget_bytes: args.body_budget_bytes,
-            hot_body_bytes: args.hot_body_bytes,
+            max_object_bytes: args.max_object_bytes.0,
+            body_budget_bytes: args.body_budget_bytes.0,
+            hot_body_bytes: args.hot_body_bytes.0,
             monitors: config.monitors.clone(),
             istio: config.istio.clone(),
             target_allocator: config.target_allocator.clone(),
         },
     )
     .await?;
+    let shared = herald.shared();
+    shared.metrics.set_build_info(
+        env!("CARGO_PKG_VERSION"),
+        env!("HERALD_COMMIT"),
+        env!("HERALD_RUSTC"),
+    );
+    let kinds: Vec<String> = shared
+        .cache
+        .ids()
+        .map(|r| shared.cache.get(r).resource.plural.clone())
+        .collect();
+    shared
+        .metrics
+        .export_known(&kinds, shared.kube_api.is_some());
     println!("herald serving on {}", herald.url());
     if let Some(url) = herald.kube_url() {
         println!("kubernetes API on {url}");
     }
     // Once the first sync is done, freed pages go back to the OS at once (see herald-alloc).
-    let shared = herald.shared().clone();
+    let shared = shared.clone();
     tokio::spawn(async move {
         while !shared.ready() {
             tokio::time::sleep(std::time::Duration::from_millis(200)).await;
@@ -289,15 +303,26 @@ async fn kube_config(args: &ServeArgs) -> anyhow::Result<kube::Config> {
             .with_context(|| format!("--apiserver {url:?} is not a URL"))?;
         return Ok(kube::Config::new(uri));
     }
+    let options = kube::config::KubeConfigOptions {
+        context: args.context.clone(),
+        ..Default::default()
+    };
     if let Some(path) = &args.kubeconfig {
         let kc = kube::config::Kubeconfig::read_from(path)
             .with_context(|| format!("reading kubeconfig {}", path.display()))?;
-        return kube::Config::from_custom_kubeconfig(kc, &Default::default())
+        return kube::Config::from_custom_kubeconfig(kc, &options)
             .await
             .with_context(|| format!("kubeconfig {}", path.display()));
     }
+    if let Some(context) = &args.context {
+        // The kubeconfig kubectl would read (KUBECONFIG, else ~/.kube/config), at that context.
+        return kube::Config::from_kubeconfig(&options)
+            .await
+            .with_context(|| format!("kubeconfig context {context:?}"));
+    }
     kube::Config::incluster().context(
-        "no --apiserver or --kubeconfig given and not running in a cluster (in-cluster config)",
+        "no --apiserver, --kubeconfig or --context given and not running in a cluster (in-cluster \
+         config)",
     )
 }
 
