@@ -5,6 +5,9 @@
 //! chart with each overlay's values file renders exactly the objects `kubectl kustomize` renders for
 //! that overlay (the ConfigMap's hash suffix included); the PrometheusRule holds the groups of
 //! `deploy/alerts/herald-rules.yaml` and the dashboard ConfigMap `deploy/dashboards/herald.json`.
+//! The defaults work where herald's do: `kubeApi.enabled` serves and grants herald's own default
+//! kinds (servicecidrs included); the ServiceMonitor and PrometheusRule are rendered only for a
+//! cluster serving prometheus-operator's CRDs; values.schema.json refuses a misspelled value.
 
 #[path = "support/deploy.rs"]
 mod deploy;
@@ -19,18 +22,30 @@ use serde_json::Value;
 
 const CHART: &str = "deploy/helm/herald";
 
-/// The values files the README documents, the kustomize overlay each renders, whether it serves the
-/// kube-API face, and whether its ClusterRole grants exactly what its job file reads.
-const EXAMPLES: &[(&str, &str, bool, bool)] = &[
-    ("sd-only", "deploy/overlays/sd-only", false, false),
-    ("sd-kube-api", "deploy/overlays/sd-kube-api", true, false),
+/// The values files docs/install.md documents, the kustomize overlay each renders, whether it serves
+/// the kube-API face, whether its ClusterRole grants exactly what its job file reads, and whether
+/// the overlay holds herald's own monitoring (a cluster with prometheus-operator's CRDs).
+const EXAMPLES: &[(&str, &str, bool, bool, bool)] = &[
+    ("sd-only", "deploy/overlays/sd-only", false, false, false),
+    (
+        "sd-kube-api",
+        "deploy/overlays/sd-kube-api",
+        true,
+        false,
+        false,
+    ),
     (
         "operator-istio",
         "deploy/overlays/operator-istio",
         false,
         true,
+        true,
     ),
 ];
+
+/// What `helm template` is told the cluster serves for the ServiceMonitor and PrometheusRule to
+/// render (`helm install` reads it from the cluster).
+const WITH_OPERATOR: [&str; 2] = ["--api-versions", "monitoring.coreos.com/v1"];
 
 fn helm(helm: &Path, args: &[&str]) -> Result<String, String> {
     let out = Command::new(helm)
@@ -58,9 +73,21 @@ fn helm(helm: &Path, args: &[&str]) -> Result<String, String> {
 }
 
 /// `helm lint --strict` and `helm template` of the chart as release `release` in `namespace`.
+/// `--api-versions` goes to the template alone (helm lint takes none: it lints without the
+/// objects gated on them).
 fn lint_and_render(bin: &Path, release: &str, namespace: &str, values: &[&str]) -> String {
     let mut lint = vec!["lint", "--strict", CHART, "--namespace", namespace];
-    lint.extend_from_slice(values);
+    let mut skip = false;
+    for v in values {
+        if std::mem::take(&mut skip) {
+            continue;
+        }
+        if *v == "--api-versions" {
+            skip = true;
+            continue;
+        }
+        lint.push(v);
+    }
     let report = helm(bin, &lint).unwrap_or_else(|e| panic!("{e}"));
     assert!(
         report.contains("1 chart(s) linted, 0 chart(s) failed") && !report.contains("[WARNING]"),
@@ -94,13 +121,14 @@ fn each_overlays_values_file_renders_exactly_the_kustomize_overlays_objects() {
     let Some(kubectl) = installed::find("kubectl", installed::KUBECTL_INSTALL) else {
         return;
     };
-    for (values, overlay, _, _) in EXAMPLES {
+    for (values, overlay, _, _, monitoring) in EXAMPLES {
         let file = example(values);
+        let mut args = vec!["-f", &file, "--set", "namespace.create=true"];
+        if *monitoring {
+            args.extend(WITH_OPERATOR);
+        }
         let chart = by_name(&documents(&lint_and_render(
-            &bin,
-            "herald",
-            "herald",
-            &["-f", &file, "--set", "namespace.create=true"],
+            &bin, "herald", "herald", &args,
         )));
         let kustomize = by_name(&documents(&render(&kubectl, overlay)));
         let only = |a: &BTreeMap<_, _>, b: &BTreeMap<_, _>| -> Vec<(String, String)> {
@@ -142,11 +170,13 @@ fn every_documented_values_combination_lints_validates_and_meets_the_production_
     // The overlays' values files, and monitors without Istio (no overlay renders it).
     let documented = EXAMPLES
         .iter()
-        .map(|(values, _, kube_api, exact)| (*values, *kube_api, *exact))
+        .map(|(values, _, kube_api, exact, _)| (*values, *kube_api, *exact))
         .chain([("operator", false, true)]);
     for (values, kube_api, exact) in documented {
         let file = example(values);
-        let yaml = lint_and_render(&bin, "herald", "herald", &["-f", &file]);
+        let mut args = vec!["-f", file.as_str()];
+        args.extend(WITH_OPERATOR);
+        let yaml = lint_and_render(&bin, "herald", "herald", &args);
         let docs = documents(&yaml);
         check_rules(values, &docs, kube_api, exact);
         assert!(
@@ -179,6 +209,10 @@ fn every_documented_values_combination_lints_validates_and_meets_the_production_
             "networkPolicy.from[0].namespaceSelector.matchLabels.monitoring=true",
             "--set",
             "extraArgs[0]=--body-budget-bytes=268435456",
+            "--set",
+            "logLevel=debug",
+            WITH_OPERATOR[0],
+            WITH_OPERATOR[1],
         ],
     );
     let docs = documents(&yaml);
@@ -207,7 +241,8 @@ fn every_documented_values_combination_lints_validates_and_meets_the_production_
     );
     let d = one(&docs, "Deployment");
     let args = &d["spec"]["template"]["spec"]["containers"][0]["args"];
-    assert_eq!(args[3], "--body-budget-bytes=268435456");
+    assert_eq!(args[3], "--log-level=debug");
+    assert_eq!(args[4], "--body-budget-bytes=268435456");
     let volumes = &d["spec"]["template"]["spec"]["volumes"];
     assert_eq!(volumes[1]["secret"]["secretName"], "edge-herald-tls");
     let jobs = docs
@@ -233,10 +268,17 @@ fn every_documented_values_combination_lints_validates_and_meets_the_production_
         &[
             "--set",
             "serviceMonitor.enabled=false,prometheusRule.enabled=false,networkPolicy.enabled=false",
+            WITH_OPERATOR[0],
+            WITH_OPERATOR[1],
         ],
     );
     let bare = by_name(&documents(&yaml));
-    let full = by_name(&documents(&lint_and_render(&bin, "herald", "herald", &[])));
+    let full = by_name(&documents(&lint_and_render(
+        &bin,
+        "herald",
+        "herald",
+        &WITH_OPERATOR,
+    )));
     let dropped: Vec<&str> = full
         .keys()
         .filter(|k| !bare.contains_key(*k))
@@ -275,5 +317,122 @@ fn the_chart_refuses_any_verb_but_list_and_watch() {
             )),
             "{err}"
         );
+    }
+}
+
+/// The (API group, plural) pairs of a job file's `kube_api.kinds`, as herald resolves them.
+fn served_kinds(jobs: &str) -> std::collections::BTreeSet<(String, String)> {
+    let cfg = herald_core::parse_config(jobs).expect("herald accepts the job file");
+    let (builtin, custom) = herald_server::kube_kinds(&cfg.kube_api.kinds).expect("kinds resolve");
+    builtin
+        .into_iter()
+        .map(|r| (r.group, r.plural))
+        .chain(custom.into_iter().map(|(g, _, p)| (g, p)))
+        .collect()
+}
+
+#[test]
+fn kube_api_enabled_serves_and_grants_heralds_own_default_kinds() {
+    let Some(bin) = installed::find("helm", installed::GO_PEERS_INSTALL) else {
+        return;
+    };
+    let docs = documents(&lint_and_render(
+        &bin,
+        "herald",
+        "herald",
+        &["--set", "kubeApi.enabled=true"],
+    ));
+    let jobs = docs
+        .iter()
+        .find_map(|d| d["data"]["jobs.yaml"].as_str())
+        .expect("the job file");
+    let served = served_kinds(jobs);
+    // herald's default when kube_api.kinds names none (herald_server::DEFAULT_KUBE_KINDS).
+    let (defaults, _) = herald_server::kube_kinds(&[]).expect("herald's defaults resolve");
+    let defaults: std::collections::BTreeSet<_> =
+        defaults.into_iter().map(|r| (r.group, r.plural)).collect();
+    assert_eq!(
+        served, defaults,
+        "the chart's kubeApi.kinds are herald's defaults"
+    );
+    assert!(served.contains(&("networking.k8s.io".into(), "servicecidrs".into())));
+    // check_rules: every served kind granted, list and watch only.
+    check_rules("kubeApi.enabled", &docs, true, false);
+    let role = one(&docs, "ClusterRole");
+    let grants_cidrs = role["rules"].as_array().expect("rules").iter().any(|r| {
+        r["apiGroups"]
+            .as_array()
+            .is_some_and(|g| g.iter().any(|g| g == "networking.k8s.io"))
+            && r["resources"]
+                .as_array()
+                .is_some_and(|x| x.iter().any(|x| x == "servicecidrs"))
+    });
+    assert!(grants_cidrs, "servicecidrs granted: {role}");
+}
+
+#[test]
+fn monitoring_objects_render_only_where_the_cluster_serves_their_crds() {
+    let Some(bin) = installed::find("helm", installed::GO_PEERS_INSTALL) else {
+        return;
+    };
+    let kinds = |extra: &[&str]| -> Vec<String> {
+        let mut args = vec!["--set", "dashboard.enabled=true"];
+        args.extend_from_slice(extra);
+        let docs = documents(&lint_and_render(&bin, "herald", "herald", &args));
+        let mut k: Vec<String> = docs
+            .iter()
+            .filter_map(|d| d["kind"].as_str())
+            .filter(|k| deploy::MONITORING.contains(k))
+            .map(String::from)
+            .collect();
+        k.sort();
+        k
+    };
+    assert_eq!(
+        kinds(&[]),
+        Vec::<String>::new(),
+        "no CRDs, no monitoring objects"
+    );
+    assert_eq!(kinds(&WITH_OPERATOR), ["PrometheusRule", "ServiceMonitor"]);
+    assert_eq!(
+        kinds(&[
+            WITH_OPERATOR[0],
+            WITH_OPERATOR[1],
+            "--set",
+            "serviceMonitor.enabled=false"
+        ]),
+        ["PrometheusRule"]
+    );
+}
+
+#[test]
+fn a_misspelled_value_is_refused_by_the_schema() {
+    let Some(bin) = installed::find("helm", installed::GO_PEERS_INSTALL) else {
+        return;
+    };
+    for (set, needle) in [
+        ("kubeApi.enable=true", "enable"),
+        ("imag.tag=0.1.0", "imag"),
+        ("serviceMonitor.intervall=1m", "intervall"),
+        ("logLevel=loud", "logLevel"),
+        ("replicas=two", "replicas"),
+    ] {
+        for cmd in ["template", "lint"] {
+            let mut args = vec![cmd];
+            if cmd == "template" {
+                args.push("herald");
+            }
+            args.extend([CHART, "--set", set]);
+            let err = helm(&bin, &args).expect_err(set);
+            assert!(
+                err.contains("values don't meet the specifications of the schema")
+                    || err.contains("schema"),
+                "{cmd} --set {set}: {err}"
+            );
+            assert!(
+                err.contains(needle),
+                "{cmd} --set {set} names {needle}: {err}"
+            );
+        }
     }
 }

@@ -4,7 +4,8 @@
 //! checks the ServiceMonitor); kube-sim accepts `kubectl apply --dry-run=server` of every kind it serves; and the job
 //! file in the ConfigMap is one herald accepts. The production rules are checked on the rendered
 //! objects: 2 replicas with anti-affinity, probes, non-root, read-only root, no privilege
-//! escalation, seccomp RuntimeDefault, and RBAC of list and watch only.
+//! escalation, seccomp RuntimeDefault, and RBAC of list and watch only. Only the operator's overlay
+//! renders objects that need prometheus-operator's CRDs.
 
 #[path = "support/deploy.rs"]
 mod deploy;
@@ -14,14 +15,17 @@ use kube_sim::peers::{self as installed, Kubectl};
 use kube_sim::{Sim, SimConfig};
 use serde_json::Value;
 
-/// Overlay directories (relative to the workspace root), whether they serve the kube-API face, and
+/// Overlay directories (relative to the workspace root), whether they serve the kube-API face,
 /// whether their ClusterRole grants exactly what their configuration reads (else at least that: the
-/// general overlays also grant what a user's added jobs may read).
-const OVERLAYS: &[(&str, bool, bool)] = &[
-    ("deploy", false, false),
-    ("deploy/overlays/sd-only", false, false),
-    ("deploy/overlays/sd-kube-api", true, false),
-    ("deploy/overlays/operator-istio", false, true),
+/// general overlays also grant what a user's added jobs may read), and whether they render
+/// herald's own ServiceMonitor and PrometheusRule (`deploy/components/monitoring`: only where
+/// prometheus-operator is there by definition).
+const OVERLAYS: &[(&str, bool, bool, bool)] = &[
+    ("deploy", false, false, false),
+    ("deploy/base", false, false, false),
+    ("deploy/overlays/sd-only", false, false, false),
+    ("deploy/overlays/sd-kube-api", true, false, false),
+    ("deploy/overlays/operator-istio", false, true, true),
 ];
 
 /// Kinds kube-sim serves, of those the manifests hold.
@@ -60,10 +64,18 @@ async fn every_overlay_renders_validates_and_is_accepted_by_a_server_dry_run() {
         "kubeconfig",
         &sim.kubeconfig_yaml(),
     );
-    for (i, (overlay, kube_api, exact)) in OVERLAYS.iter().enumerate() {
+    for (i, (overlay, kube_api, exact, monitoring)) in OVERLAYS.iter().enumerate() {
         let yaml = render(&kubectl, overlay);
         let docs = documents(&yaml);
         check_rules(overlay, &docs, *kube_api, *exact);
+        // A cluster without prometheus-operator's CRDs takes every overlay but the operator's.
+        for kind in deploy::MONITORING {
+            assert_eq!(
+                docs.iter().filter(|d| d["kind"] == *kind).count(),
+                usize::from(*monitoring),
+                "{overlay}: {kind} rendered only with components/monitoring"
+            );
+        }
 
         deploy::validate(
             &validate,

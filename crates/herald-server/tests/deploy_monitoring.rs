@@ -1,7 +1,7 @@
 //! herald's alerts (`deploy/alerts/herald-rules.yaml`) and Grafana dashboard
 //! (`deploy/dashboards/herald.json`), judged by Prometheus's promtool (Debian `prometheus`): the
 //! alerts' unit tests (`herald-rules.test.yaml`) pass, with a firing and a silent case for every
-//! alert, and each alert links to its runbook in the README; every dashboard query, its Grafana
+//! alert, and each alert links to its runbook in docs/runbooks.md; every dashboard query, its Grafana
 //! variables replaced, is valid PromQL (`promtool check rules` on them as recording rules); and every
 //! metric either uses is one a running herald (in-process, over kube-sim, with SD jobs, the
 //! Kubernetes API face and consumers of both) exports at `/metrics`. The dashboard also decodes
@@ -150,8 +150,8 @@ fn every_alert_fires_and_stays_silent_in_its_promtool_unit_tests_and_has_a_runbo
             }
         }
     }
-    let readme = read("README.md");
-    let anchors: BTreeSet<String> = readme
+    let runbooks = read("docs/runbooks.md");
+    let anchors: BTreeSet<String> = runbooks
         .lines()
         .filter_map(|l| l.strip_prefix('#'))
         .map(|h| {
@@ -169,7 +169,7 @@ fn every_alert_fires_and_stays_silent_in_its_promtool_unit_tests_and_has_a_runbo
         })
         .collect();
     let alerts = alerts();
-    assert!(alerts.len() >= 8, "the alerts the README promises");
+    assert!(alerts.len() >= 8, "the alerts docs/runbooks.md promises");
     for (name, rule) in &alerts {
         assert!(
             matches!(cases.get(name), Some((f, s)) if *f > 0 && *s > 0),
@@ -180,12 +180,12 @@ fn every_alert_fires_and_stays_silent_in_its_promtool_unit_tests_and_has_a_runbo
             .as_str()
             .unwrap_or_else(|| panic!("{name}: a runbook_url"));
         let anchor = url
-            .strip_prefix("https://github.com/herald/herald/blob/main/README.md#")
-            .unwrap_or_else(|| panic!("{name}: {url} is a README anchor"));
+            .strip_prefix("https://github.com/herald/herald/blob/main/docs/runbooks.md#")
+            .unwrap_or_else(|| panic!("{name}: {url} is an anchor of docs/runbooks.md"));
         assert_eq!(anchor, name.to_lowercase(), "{name}: its own runbook");
         assert!(
             anchors.contains(anchor),
-            "{name}: README has no heading for #{anchor}"
+            "{name}: docs/runbooks.md has no heading for #{anchor}"
         );
         for key in ["summary", "description"] {
             assert!(rule["annotations"][key].is_string(), "{name}: {key}");

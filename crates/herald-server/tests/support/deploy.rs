@@ -116,8 +116,12 @@ fn reads(cfg: &herald_core::Config) -> std::collections::BTreeSet<(String, Strin
     out
 }
 
+/// The kinds that need prometheus-operator's CRDs: rendered only where the cluster has them (the
+/// chart's `.Capabilities`, kustomize's `components/monitoring`).
+pub const MONITORING: &[&str] = &["ServiceMonitor", "PrometheusRule"];
+
 /// The production rules, on the objects one tree renders for one configuration (`what` names it):
-/// every kind present, 2 replicas with anti-affinity, probes, non-root, read-only root, no privilege
+/// every kind present (the monitoring ones aside, see [`MONITORING`]), 2 replicas with anti-affinity, probes, non-root, read-only root, no privilege
 /// escalation, seccomp RuntimeDefault, RBAC of list and watch only covering what the job file makes
 /// herald read (exactly that when `exact`), and the kube-API face on both ports when `kube_api`.
 pub fn check_rules(what: &str, docs: &[Value], kube_api: bool, exact: bool) {
@@ -131,7 +135,6 @@ pub fn check_rules(what: &str, docs: &[Value], kube_api: bool, exact: bool) {
         "Service",
         "PodDisruptionBudget",
         "NetworkPolicy",
-        "ServiceMonitor",
     ] {
         assert!(kinds.contains(&k), "{what}: renders a {k}");
     }
