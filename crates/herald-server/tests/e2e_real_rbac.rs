@@ -259,7 +259,7 @@ async fn delete(cp: &ControlPlane, paths: &mut Paths, o: &Value) {
     );
 }
 
-/// Waits until every CRD is Established.
+/// Waits until every CRD is Established and its resource served by a streaming list.
 async fn wait_established(cp: &ControlPlane, crds: &[Value]) {
     let deadline = Instant::now() + Duration::from_secs(30);
     for c in crds {
@@ -280,6 +280,31 @@ async fn wait_established(cp: &ControlPlane, crds: &[Value]) {
                 break;
             }
             assert!(Instant::now() < deadline, "CRD {name} not established");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        // NB: Established is not yet served from the watch cache: until the new resource's cacher
+        // has initialized, a streaming list of it is refused with 429 `storage is (re)initializing`
+        // (herald retries, but counts the error the checks below must not see).
+        let group = c["spec"]["group"].as_str().expect("group");
+        let version = c["spec"]["versions"][0]["name"].as_str().expect("version");
+        let plural = c["spec"]["names"]["plural"].as_str().expect("plural");
+        let watch = format!(
+            "/apis/{group}/{version}/{plural}?watch=true&sendInitialEvents=true\
+             &resourceVersionMatch=NotOlderThan&allowWatchBookmarks=true&timeoutSeconds=1"
+        );
+        loop {
+            let (code, body) = cp
+                .request(Method::GET, &watch, None)
+                .await
+                .expect("the watch");
+            if code == StatusCode::OK {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline && code == StatusCode::TOO_MANY_REQUESTS,
+                "a streaming list of {plural}: {code}: {}",
+                String::from_utf8_lossy(&body)
+            );
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
     }
