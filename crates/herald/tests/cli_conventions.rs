@@ -1,5 +1,6 @@
 //! The CLI's conventions, on the built binary: `--version` names the commit and the compiler,
-//! `herald completion` prints each shell's script, `serve --context` picks a kubeconfig context,
+//! `herald completion` prints each shell's script, `serve --context` picks a kubeconfig context (of
+//! `--kubeconfig`, or of the kubeconfig `KUBECONFIG` names),
 //! a bad size names itself, and a fresh herald's `/metrics` already holds every series the shipped
 //! alerts and dashboard read (at 0), with `herald_build_info` naming the same commit.
 
@@ -318,11 +319,42 @@ fn a_fresh_herald_exports_every_series_its_alerts_and_dashboard_read() {
     );
 
     // --context took the context that leads somewhere: herald syncs.
+    wait_ready(&base, "--kubeconfig with --context sim");
+
+    // --context alone: the kubeconfig kubectl would read (KUBECONFIG here), at that context.
+    let mut child = KillOnDrop(
+        Command::new(BIN)
+            .args(["serve", "--config"])
+            .arg(&config)
+            .args(["--context", "sim", "--listen", "127.0.0.1:0", "-q"])
+            .env("KUBECONFIG", &kubeconfig)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("herald starts"),
+    );
+    let mut out = BufReader::new(child.0.stdout.take().expect("stdout"));
+    let mut line = String::new();
+    while !line.starts_with("herald serving on ") {
+        line.clear();
+        assert!(
+            out.read_line(&mut line).expect("stdout") > 0,
+            "herald exited"
+        );
+    }
+    let base = line
+        .trim_start_matches("herald serving on ")
+        .trim()
+        .to_string();
+    wait_ready(&base, "KUBECONFIG with --context sim");
+}
+
+fn wait_ready(base: &str, how: &str) {
     let deadline = std::time::Instant::now() + Duration::from_secs(30);
     while http_get(&format!("{base}/readyz")).0 != 200 {
         assert!(
             std::time::Instant::now() < deadline,
-            "herald synced through --context sim"
+            "herald synced through {how}"
         );
         std::thread::sleep(Duration::from_millis(100));
     }
