@@ -68,7 +68,7 @@ const PAGE_SIZE: usize = 500;
 /// kube-apiserver's API Priority and Fairness rejecting herald's user, herald neither marked the
 /// resource stale, counted nor logged the refusals, and waited out kube's backoff (minutes by the
 /// last attempts) instead of its own (at most 30 s) once they stopped. A feed retries by itself
-/// ([`Backoff`]), resuming from where it was.
+/// (`Backoff`), resuming from where it was.
 pub fn client(config: kube::Config, user_agent: &str) -> Result<kube::Client, UpstreamError> {
     build_client(config, user_agent, false)
 }

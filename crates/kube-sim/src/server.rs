@@ -248,7 +248,7 @@ async fn compression_layer(req: Request, next: Next) -> Response {
         gzipped(&mut parts);
         let members = body
             .into_data_stream()
-            .map(|chunk| chunk.map(|c| Bytes::from(gzip_member(&c))));
+            .map(|chunk| chunk.map(|c| Bytes::from(gzip_member(&c, true))));
         return Response::from_parts(parts, Body::from_stream(members));
     }
     let Ok(bytes) = axum::body::to_bytes(body, usize::MAX).await else {
@@ -258,7 +258,7 @@ async fn compression_layer(req: Request, next: Next) -> Response {
         return Response::from_parts(parts, Body::from(bytes));
     }
     gzipped(&mut parts);
-    Response::from_parts(parts, Body::from(gzip_member(&bytes)))
+    Response::from_parts(parts, Body::from(gzip_member(&bytes, false)))
 }
 
 /// One `Accept-Encoding` element: gzip, not refused with `q=0`.
@@ -274,13 +274,22 @@ fn accepts_gzip(element: &str) -> bool {
 }
 
 /// `data` as one complete gzip member, at the apiserver's level (1, best speed).
-fn gzip_member(data: &[u8]) -> Vec<u8> {
+/// `data` as one gzip member. With `sync_flush`, as kube-apiserver's `perFlushGzipWriter` ends a
+/// write of a streaming list: a sync flush, then the member's end. NB: the flush is what lets a
+/// client see the write at once: Go's `gzip.Reader` (client-go's, through net/http) returns the
+/// last bytes of a member only once it has read the next member's header, which on a quiet watch
+/// comes with the next event; the data before a sync flush it returns as it arrives. Without it
+/// kube-proxy never saw the `initial-events-end` bookmark of a quiet resource.
+fn gzip_member(data: &[u8], sync_flush: bool) -> Vec<u8> {
     use std::io::Write as _;
     let mut e = flate2::write::GzEncoder::new(
         Vec::with_capacity(data.len() / 4 + 64),
         flate2::Compression::fast(),
     );
     e.write_all(data).expect("writing to a Vec");
+    if sync_flush {
+        e.flush().expect("writing to a Vec");
+    }
     e.finish().expect("writing to a Vec")
 }
 
@@ -401,5 +410,42 @@ pub async fn serve(listener: TcpListener, shared: Arc<Shared>, shutdown: Cancell
                 _ = shutdown.cancelled() => {}
             }
         });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::gzip_member;
+
+    /// What a streaming reader holds of a member before its end arrives: the bytes up to the last
+    /// sync-flush marker (`00 00 ff ff`), inflated alone. A member of a streaming list must give
+    /// all of its write there (Go's `gzip.Reader` returns the rest only with the next member).
+    fn before_the_end(member: &[u8]) -> Option<Vec<u8>> {
+        let body = &member[10..]; // the gzip header: no name, no extra fields
+        let at = body.windows(4).rposition(|w| w == [0, 0, 0xff, 0xff])?;
+        let mut d = flate2::Decompress::new(false);
+        let mut out = Vec::with_capacity(1 << 16);
+        d.decompress_vec(&body[..at + 4], &mut out, flate2::FlushDecompress::Sync)
+            .ok()?;
+        Some(out)
+    }
+
+    #[test]
+    fn a_streaming_list_write_is_readable_before_its_member_ends() {
+        let write = br#"{"type":"BOOKMARK","object":{"kind":"Pod","apiVersion":"v1","metadata":{"resourceVersion":"12","annotations":{"k8s.io/initial-events-end":"true"}}}}
+"#;
+        let streaming = gzip_member(write, true);
+        assert_eq!(before_the_end(&streaming).as_deref(), Some(&write[..]));
+        // A whole response is one plain member, and still a valid gzip stream.
+        let whole = gzip_member(write, false);
+        let mut text = Vec::new();
+        std::io::Read::read_to_end(&mut flate2::read::GzDecoder::new(&whole[..]), &mut text)
+            .expect("gzip");
+        assert_eq!(text, write);
+        assert_ne!(
+            before_the_end(&whole).as_deref(),
+            Some(&write[..]),
+            "without the flush the write ends with the member"
+        );
     }
 }
