@@ -11,14 +11,14 @@
 //!   the events the apiserver's unsharded watch saw for that shard's uids while churn runs through
 //!   the API. Streaming lists, whole and sharded, JSON and protobuf: the same initial events in the
 //!   same order, and the same initial-events-end bookmark but for its resourceVersion.
-//! - The deviations herald keeps (README, "Server-side sharded list and watch"), asserted as they
+//! - The deviations herald keeps (docs/kube-api.md, "Server-side sharded list and watch"), asserted as they
 //!   are: a malformed selector gets 400 BadRequest from herald and 500 (no reason) from the
 //!   apiserver, with the same message; a `continue` without the selector stays in the shard on
 //!   herald and not on the apiserver; a filtered page may end herald's list where the apiserver hands
 //!   out a token to an empty page.
 //! - Protobuf: herald's bytes for GETs, LISTs (whole and sharded) and every watch frame of the churn
 //!   equal the apiserver's own bytes for the same objects at the same resourceVersion, once
-//!   `metadata.managedFields` (which herald drops, README) is cut out of the apiserver's. The cut is
+//!   `metadata.managedFields` (which herald drops, docs/kube-api.md) is cut out of the apiserver's. The cut is
 //!   done here on the wire: Go's marshallers write fields in number order with minimal lengths, so
 //!   removing field 17 of ObjectMeta and re-writing the enclosing lengths is exactly Go's encoding
 //!   of the object without managedFields. protojudge (apimachinery's serializer) then judges
@@ -663,7 +663,7 @@ async fn herald_face_equals_kube_apiserver_shards_and_protobuf() {
 
 /// The same malformed selectors to both, as lists and as watches. kube-apiserver v1.37.2 answers 500
 /// with a Status that has no reason (its store returns a plain error, which its handler renders as an
-/// internal error); herald answers 400 BadRequest, the deviation it keeps (README, "Server-side
+/// internal error); herald answers 400 BadRequest, the deviation it keeps (docs/kube-api.md, "Server-side
 /// sharded list and watch"): the client's fault, which no retry fixes. The messages are the same
 /// word for word, but for CEL syntax errors, whose description after `Syntax error:` is cel-go's
 /// ANTLR wording on the apiserver and herald's own.
@@ -829,7 +829,7 @@ async fn shard_lists(api: &Side, ours: &Side) {
         }
 
         // A next page asked without the selector: herald's token carries the shard, the
-        // apiserver's does not, so it goes on with the whole list (README, the deviation).
+        // apiserver's does not, so it goes on with the whole list (docs/kube-api.md, the deviation).
         let token = |m: &Value| enc(m["continue"].as_str().expect("a continue token"));
         let h = ours
             .json(&with(

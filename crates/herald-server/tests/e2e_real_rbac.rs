@@ -101,7 +101,7 @@ fn crds() -> Vec<Value> {
 }
 
 /// What the installs need before them: namespaces (herald's; the Prometheus object's; Istio's root),
-/// the Secrets the README asks for, and the Prometheus object `monitoring/k8s` selecting every
+/// the Secrets docs/install.md asks for, and the Prometheus object `monitoring/k8s` selecting every
 /// monitor (the operator overlay's `monitors.prometheus`).
 fn prerequisites() -> Vec<Value> {
     let ns =
