@@ -43,7 +43,10 @@ mod scrape;
 mod validate;
 
 pub use object::*;
-pub use scrape::{AuthorizationFile, ScrapeSettings, TlsFiles, scrape_classes, scrape_config_yaml};
+pub use scrape::{
+    AuthorizationFile, ScrapeSettings, SdClient, TlsFiles, http_sd_configs_yaml, scrape_classes,
+    scrape_config_yaml, scrape_config_yaml_with,
+};
 
 use rules::{Rule, Rules};
 use scrape::common_scrape;

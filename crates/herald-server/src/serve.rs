@@ -571,8 +571,12 @@ impl Herald {
             .target_allocator
             .clone()
             .map(|t| Arc::new(crate::allocator::Allocator::over(t, shared.clone())));
+        let served = crate::http::sd::ServedSecurity {
+            tls: options.security.tls.is_some(),
+            tokens: options.security.token_file.is_some(),
+        };
         let app = crate::auth::guard(
-            crate::http::app_with(shared.clone(), allocator),
+            crate::http::app_with(shared.clone(), allocator).layer(axum::Extension(served)),
             &options.security,
             shared.metrics.http_auth_refused.clone(),
             crate::http::refuse,

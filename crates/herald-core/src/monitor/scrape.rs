@@ -378,12 +378,63 @@ fn merged_authorization(
     }
 }
 
+/// How a consumer reads herald's own HTTP SD: what each `http_sd_configs` entry herald writes
+/// carries besides its `url`. Paths only: herald never writes a token or a key.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct SdClient {
+    /// `authorization: {type: Bearer, credentials_file: …}`, when herald's port wants a token.
+    pub credentials_file: Option<String>,
+    /// `tls_config: {ca_file: …}`, when herald's port speaks TLS.
+    pub ca_file: Option<String>,
+}
+
+impl SdClient {
+    /// The `http_sd_configs` entry for `url`.
+    fn entry(&self, url: &str) -> Mapping {
+        let mut sd = Mapping::new();
+        sd.insert("url".into(), url.into());
+        if let Some(f) = &self.credentials_file {
+            let mut a = Mapping::new();
+            a.insert("type".into(), "Bearer".into());
+            a.insert("credentials_file".into(), f.as_str().into());
+            sd.insert("authorization".into(), Yaml::Mapping(a));
+        }
+        if let Some(f) = &self.ca_file {
+            let mut t = Mapping::new();
+            t.insert("ca_file".into(), f.as_str().into());
+            sd.insert("tls_config".into(), Yaml::Mapping(t));
+        }
+        sd
+    }
+}
+
+/// `http_sd_configs:` with one entry for `url` read as `client` says, each line indented by
+/// `indent`.
+pub fn http_sd_configs_yaml(url: &str, client: &SdClient, indent: &str) -> String {
+    let mut m = Mapping::new();
+    m.insert(
+        "http_sd_configs".into(),
+        Yaml::Sequence(vec![Yaml::Mapping(client.entry(url))]),
+    );
+    serde_yaml::to_string(&Yaml::Mapping(m))
+        .expect("a mapping of strings always serializes")
+        .lines()
+        .map(|l| format!("{indent}{l}\n"))
+        .collect()
+}
+
 /// The Prometheus `scrape_configs` entry (a one-item YAML list, so entries concatenate under
 /// `scrape_configs:`) for `job`, discovering through herald's HTTP SD at `sd_url`: the job name, the
 /// endpoint's scrape settings in the operator's order, and each [`MonitorJob::unsupported`] and
 /// [`MonitorJob::warnings`] item as a `# unsupported:` or `# warning:` comment line before it. No
 /// `relabel_configs`: herald applies them. Deterministic.
 pub fn scrape_config_yaml(job: &MonitorJob, sd_url: &str) -> String {
+    scrape_config_yaml_with(job, sd_url, &SdClient::default())
+}
+
+/// [`scrape_config_yaml`], its `http_sd_configs` entry reading herald as `client` says (a token
+/// file and herald's CA, by path).
+pub fn scrape_config_yaml_with(job: &MonitorJob, sd_url: &str, client: &SdClient) -> String {
     let s = &job.scrape;
     let mut m = Mapping::new();
     let mut put = |k: &str, v: Yaml| {
@@ -397,9 +448,10 @@ pub fn scrape_config_yaml(job: &MonitorJob, sd_url: &str) -> String {
     if let Some(v) = s.track_timestamps_staleness {
         put("track_timestamps_staleness", v.into());
     }
-    let mut sd = Mapping::new();
-    sd.insert("url".into(), sd_url.into());
-    put("http_sd_configs", Yaml::Sequence(vec![Yaml::Mapping(sd)]));
+    put(
+        "http_sd_configs",
+        Yaml::Sequence(vec![Yaml::Mapping(client.entry(sd_url))]),
+    );
     let opt_str = |v: &Option<String>| v.as_deref().map(Yaml::from);
     for (k, v) in [
         ("scrape_interval", &s.scrape_interval),

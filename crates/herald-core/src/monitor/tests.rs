@@ -2045,3 +2045,60 @@ fn each_selector_requirement_and_the_running_filter_is_noted_at_its_rule() {
         .expect("noted");
     assert_eq!(stop, Err(crate::RelabelStop::Rule(tier_at)));
 }
+
+#[test]
+fn http_sd_configs_read_herald_with_a_token_file_and_its_ca_by_path_only() {
+    let ctx = op_ctx();
+    let job = one_sm(
+        &sm(
+            "default",
+            "web",
+            json!({"selector": {}, "endpoints": [{"port": "http"}]}),
+        ),
+        &ctx,
+    );
+    let url = "https://herald.herald.svc:9095/sd/v1/x?shard=0&shards=2";
+    // Neither: the URL alone, as before.
+    let plain: Yaml = serde_yaml::from_str(&scrape_config_yaml(&job, url)).expect("YAML");
+    let sd = plain[0]["http_sd_configs"][0].clone();
+    assert_eq!(
+        sd,
+        serde_yaml::from_str::<Yaml>(&format!("url: {url:?}")).unwrap()
+    );
+
+    let client = SdClient {
+        credentials_file: Some("/etc/prometheus/secrets/herald-consumer/token".into()),
+        ca_file: Some("/etc/prometheus/secrets/herald-consumer/ca.crt".into()),
+    };
+    let text = scrape_config_yaml_with(&job, url, &client);
+    let doc: Yaml = serde_yaml::from_str(&text).expect("YAML");
+    let want: Yaml = serde_yaml::from_str(&format!(
+        "url: {url:?}\n\
+         authorization: {{type: Bearer, credentials_file: /etc/prometheus/secrets/herald-consumer/token}}\n\
+         tls_config: {{ca_file: /etc/prometheus/secrets/herald-consumer/ca.crt}}\n"
+    ))
+    .unwrap();
+    assert_eq!(doc[0]["http_sd_configs"][0], want, "{text}");
+    // Only the SD entry reads herald so: the job's own scrape settings are the endpoint's.
+    assert!(
+        doc[0]["authorization"].is_null() && doc[0]["tls_config"].is_null(),
+        "{text}"
+    );
+    assert!(
+        !text.contains("credentials:"),
+        "no secret is written: {text}"
+    );
+    // One at a time, and the same entry for a hand-written job (Istio's) by indentation.
+    let token_only = SdClient {
+        ca_file: None,
+        ..client.clone()
+    };
+    let lines = http_sd_configs_yaml(url, &token_only, "  ");
+    assert!(lines.lines().all(|l| l.starts_with("  ")), "{lines}");
+    let entry: Yaml = serde_yaml::from_str(&format!("- job_name: j\n{lines}")).expect("YAML");
+    assert_eq!(
+        entry[0]["http_sd_configs"][0]["authorization"]["credentials_file"],
+        Yaml::from("/etc/prometheus/secrets/herald-consumer/token")
+    );
+    assert!(entry[0]["http_sd_configs"][0]["tls_config"].is_null());
+}

@@ -108,10 +108,25 @@ fn job_list(shared: &Shared) -> serde_json::Value {
     serde_json::Value::Array(jobs)
 }
 
-/// `GET /scrape-configs[?shard=I&shards=N][&base=URL]`: Prometheus `scrape_configs` with one job per
-/// monitor endpoint, each reading its targets from herald (`http_sd_configs`) with the endpoint's
-/// scrape settings; herald has already applied the relabeling. `base` is herald's URL as Prometheus
-/// reaches it (default `http://` + the request's Host). What herald cannot express (secret and
+/// What herald's main port asks of its clients (set by `serve` as a request extension), so the
+/// `http_sd_configs` `/scrape-configs` writes read herald as it is served.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ServedSecurity {
+    pub tls: bool,
+    pub tokens: bool,
+}
+
+/// Where `/scrape-configs` says the consumer's token and herald's CA are (`?credentials_dir=`): the
+/// Secret `herald-consumer` as prometheus-operator mounts a Prometheus object's `spec.secrets`.
+pub const DEFAULT_CREDENTIALS_DIR: &str = "/etc/prometheus/secrets/herald-consumer";
+
+/// `GET /scrape-configs[?shard=I&shards=N][&base=URL][&credentials_dir=DIR]`: Prometheus
+/// `scrape_configs` with one job per monitor endpoint, each reading its targets from herald
+/// (`http_sd_configs`) with the endpoint's scrape settings; herald has already applied the
+/// relabeling. `base` is herald's URL as Prometheus reaches it (default `http://`, or `https://`
+/// when herald serves TLS, + the request's Host). When herald wants a token and serves TLS, each
+/// `http_sd_configs` entry carries `authorization` (`credentials_file: DIR/token`) and `tls_config`
+/// (`ca_file: DIR/ca.crt`): paths only, never a token. What herald cannot express (secret and
 /// ConfigMap references) and what it ignored (fields the operator's CRD does not have) is written as
 /// a comment in the job it belongs to; monitors not served, and those ignored fields again, are
 /// comments at the top.
@@ -119,17 +134,22 @@ pub async fn scrape_configs(
     State(shared): State<Arc<Shared>>,
     Query(params): Query<std::collections::BTreeMap<String, String>>,
     headers: HeaderMap,
+    served: Option<Extension<ServedSecurity>>,
 ) -> Response {
+    let served = served.map(|Extension(s)| s).unwrap_or_default();
     // `shard` and `shards` as for /sd/v1 (same checks, same messages); `base` besides.
     let mut sharding = Vec::new();
     let mut base = None;
+    let mut dir = DEFAULT_CREDENTIALS_DIR.to_string();
     for (k, v) in &params {
         match k.as_str() {
             "base" => base = Some(v.clone()),
+            "credentials_dir" => dir = v.trim_end_matches('/').to_string(),
             "shard" | "shards" => sharding.push(format!("{k}={v}")),
             other => {
-                let error =
-                    format!("unknown query parameter {other:?} (supported: shard, shards, base)");
+                let error = format!(
+                    "unknown query parameter {other:?} (supported: shard, shards, base, credentials_dir)"
+                );
                 return (
                     StatusCode::BAD_REQUEST,
                     Json(serde_json::json!({ "error": error })),
@@ -149,8 +169,13 @@ pub async fn scrape_configs(
                 .get(header::HOST)
                 .and_then(|h| h.to_str().ok())
                 .unwrap_or("herald:9095");
-            format!("http://{host}")
+            let scheme = if served.tls { "https" } else { "http" };
+            format!("{scheme}://{host}")
         }
+    };
+    let client = herald_core::monitor::SdClient {
+        credentials_file: served.tokens.then(|| format!("{dir}/token")),
+        ca_file: served.tls.then(|| format!("{dir}/ca.crt")),
     };
     let shard = query
         .shard
@@ -171,6 +196,17 @@ pub async fn scrape_configs(
             warning.replace(['\n', '\r'], " ")
         ));
     }
+    if served.tokens || served.tls {
+        out.push_str(&format!(
+            "# http_sd_configs read herald with {} (?credentials_dir= moves them).\n",
+            match (served.tokens, served.tls) {
+                (true, true) =>
+                    format!("the consumer's token in {dir}/token and herald's CA in {dir}/ca.crt"),
+                (true, false) => format!("the consumer's token in {dir}/token"),
+                _ => format!("herald's CA in {dir}/ca.crt"),
+            }
+        ));
+    }
     out.push_str("scrape_configs:");
     if views.by_name.is_empty() && shared.istio.config.is_none() {
         out.push_str(" []");
@@ -178,7 +214,9 @@ pub async fn scrape_configs(
     out.push('\n');
     for (name, v) in &views.by_name {
         let url = format!("{base}/sd/v1/{name}{shard}");
-        out.push_str(&herald_core::monitor::scrape_config_yaml(&v.job, &url));
+        out.push_str(&herald_core::monitor::scrape_config_yaml_with(
+            &v.job, &url, &client,
+        ));
         if let (Some(companion), Some(cfg)) = (v.companion(), &shared.istio.config) {
             // The endpoint's settings, over https with Istio's certificates instead of its own TLS.
             let mut job = v.job.clone();
@@ -186,10 +224,12 @@ pub async fn scrape_configs(
             job.scrape.scheme = Some("https".into());
             job.scrape.tls_config = Some(istio_tls_files(cfg));
             let url = format!("{base}/sd/v1/{}{shard}", job.name);
-            out.push_str(&herald_core::monitor::scrape_config_yaml(&job, &url));
+            out.push_str(&herald_core::monitor::scrape_config_yaml_with(
+                &job, &url, &client,
+            ));
         }
     }
-    out.push_str(&istio_scrape_configs(&shared, &base, &shard));
+    out.push_str(&istio_scrape_configs(&shared, &base, &shard, &client));
     let mut res = out.into_response();
     res.headers_mut().insert(
         header::CONTENT_TYPE,
@@ -202,7 +242,12 @@ pub async fn scrape_configs(
 /// path), and its companion over https with the workload certificates where Istio's documented
 /// Prometheus setup mounts them (`istio.certs_dir`), not verifying the server name (the workload
 /// certificate names a SPIFFE identity, not the pod's address).
-fn istio_scrape_configs(shared: &Shared, base: &str, shard: &str) -> String {
+fn istio_scrape_configs(
+    shared: &Shared,
+    base: &str,
+    shard: &str,
+    client: &herald_core::monitor::SdClient,
+) -> String {
     let Some(cfg) = &shared.istio.config else {
         return String::new();
     };
@@ -210,8 +255,7 @@ fn istio_scrape_configs(shared: &Shared, base: &str, shard: &str) -> String {
     let mut out = String::new();
     for h in shared.jobs().iter().filter(|h| h.istio.is_some()) {
         let name = serde_json::to_string(&h.name).expect("a string serializes");
-        let url = serde_json::to_string(&format!("{base}/sd/v1/{}{shard}", h.name))
-            .expect("a string serializes");
+        let url = format!("{base}/sd/v1/{}{shard}", h.name);
         out.push_str(&format!("- job_name: {name}\n"));
         if let Some((_, herald_core::istio::Part::Mtls)) = &h.istio {
             let file = |f: &Option<String>| {
@@ -226,7 +270,9 @@ fn istio_scrape_configs(shared: &Shared, base: &str, shard: &str) -> String {
                 file(&tls.key_file),
             ));
         }
-        out.push_str(&format!("  http_sd_configs:\n  - url: {url}\n"));
+        out.push_str(&herald_core::monitor::http_sd_configs_yaml(
+            &url, client, "  ",
+        ));
     }
     out
 }
