@@ -18,99 +18,14 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 
 use kube_sim::peers as installed;
 
+mod support;
+use support::{Block, KillOnDrop, all_blocks, free_port, is_shell, page_script, root};
+
 const BIN: &str = env!("CARGO_BIN_EXE_herald");
-
-fn root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
-
-/// A fenced block: where it starts, its info string, the HTML comment just before it, its text.
-#[derive(Debug, Clone)]
-struct Block {
-    file: String,
-    line: usize,
-    lang: String,
-    marker: Option<String>,
-    text: String,
-}
-
-fn blocks_of(file: &str, text: &str) -> Vec<Block> {
-    let mut out = Vec::new();
-    let lines: Vec<&str> = text.lines().collect();
-    let mut i = 0;
-    while i < lines.len() {
-        let t = lines[i].trim_start();
-        if let Some(info) = t.strip_prefix("```") {
-            let start = i;
-            let marker = lines[..i]
-                .iter()
-                .rev()
-                .find(|l| !l.trim().is_empty())
-                .map(|l| l.trim())
-                .filter(|l| l.starts_with("<!--"))
-                .map(String::from);
-            let mut body = Vec::new();
-            i += 1;
-            while i < lines.len() && !lines[i].trim_start().starts_with("```") {
-                body.push(lines[i]);
-                i += 1;
-            }
-            out.push(Block {
-                file: file.to_string(),
-                line: start + 1,
-                lang: info.split_whitespace().next().unwrap_or("").to_string(),
-                marker,
-                text: body.join("\n") + "\n",
-            });
-        }
-        i += 1;
-    }
-    out
-}
-
-fn markdown_under(dir: &Path, only: Option<&str>, out: &mut Vec<PathBuf>) {
-    let Ok(entries) = std::fs::read_dir(dir) else {
-        return;
-    };
-    for e in entries {
-        let path = e.expect("an entry").path();
-        if path.is_dir() {
-            markdown_under(&path, only, out);
-        } else if path.extension().is_some_and(|x| x == "md")
-            && only.is_none_or(|n| path.file_name().is_some_and(|f| f == n))
-        {
-            out.push(path);
-        }
-    }
-}
-
-/// Every block of the README, the book and the deploy READMEs.
-fn all_blocks() -> Vec<Block> {
-    let root = root();
-    let mut files = vec![root.join("README.md")];
-    markdown_under(&root.join("docs"), None, &mut files);
-    markdown_under(&root.join("deploy"), Some("README.md"), &mut files);
-    files.sort();
-    files
-        .iter()
-        .flat_map(|f| {
-            let rel = f
-                .strip_prefix(&root)
-                .expect("under root")
-                .display()
-                .to_string();
-            blocks_of(&rel, &std::fs::read_to_string(f).expect("readable"))
-        })
-        .collect()
-}
-
-fn is_shell(b: &Block) -> bool {
-    matches!(b.lang.as_str(), "sh" | "bash" | "shell" | "console")
-}
 
 /// The shell lines of a block joined across `\` continuations, each with its first line number.
 fn logical_lines(b: &Block) -> Vec<(usize, String)> {
@@ -360,7 +275,7 @@ fn every_yaml_block_parses() {
 fn runnable(file: &str) -> Vec<Block> {
     let v: Vec<Block> = all_blocks()
         .into_iter()
-        .filter(|b| b.file == file && b.marker.as_deref().is_some_and(|m| m.contains("runnable")))
+        .filter(|b| b.file == file && b.marked("runnable"))
         .collect();
     assert!(!v.is_empty(), "{file} has runnable blocks");
     v
@@ -461,16 +376,6 @@ fn run_script(s: &Scratch, what: &str, script: &str, env: &[(&str, &str)]) -> St
         String::from_utf8_lossy(&out.stderr)
     );
     stdout
-}
-
-/// The page's runnable shell blocks as one script, each block introduced by an `echo` of where it
-/// is, so a failure names the block.
-fn page_script(blocks: &[Block]) -> String {
-    blocks
-        .iter()
-        .filter(|b| is_shell(b))
-        .map(|b| format!("echo '>>> {}:{}' >&2\n{}", b.file, b.line, b.text))
-        .collect()
 }
 
 /// The objects recorded by the shims, in the order they were made: (recorder, object).
@@ -641,24 +546,6 @@ fn the_install_page_runs_as_written() {
     }
 }
 
-/// Child processes killed at the end of a test.
-struct KillOnDrop(Child);
-
-impl Drop for KillOnDrop {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .expect("bind")
-        .local_addr()
-        .expect("addr")
-        .port()
-}
-
 fn small_sim(rt: &tokio::runtime::Runtime) -> kube_sim::Sim {
     rt.block_on(kube_sim::Sim::start(kube_sim::SimConfig {
         spec: kube_sim::generate::ClusterSpec {
@@ -798,10 +685,8 @@ fn the_node_agents_kubeconfig_lists_through_heralds_tls_face() {
         .into_iter()
         .find(|b| b.file == "docs/recipes/kube-proxy-coredns.md" && b.text.contains("kind: Config"))
         .expect("the kubeconfig block");
-    let cm: serde_yaml::Value = serde_yaml::from_str(&recipe.text).expect("YAML");
-    let kubeconfig = cm["data"]["kubeconfig"]
-        .as_str()
-        .expect("data.kubeconfig")
+    let kubeconfig = recipe
+        .text
         .replace("herald-api.example.internal:6443", &addr)
         .replace(
             "/var/lib/herald",

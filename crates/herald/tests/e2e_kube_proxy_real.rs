@@ -25,7 +25,7 @@ use std::time::{Duration, Instant};
 use herald_server::{Herald, KubeApiOptions, KubeServeOptions, ServeOptions, job_specs};
 use herald_simulate::netns::Netns;
 use http::Method;
-use kube_proxy::{KubeProxy, Launch, Mode};
+use kube_proxy::{KubeProxy, Launch, Mode, list, pod_cidr, simulated_service_chains};
 use kube_sim::generate::{Cluster, ClusterSpec, generate};
 use kube_sim::peers::controlplane::{ADMIN_TOKEN, ControlPlane, Options};
 use serde_json::{Value, json};
@@ -79,82 +79,6 @@ fn addr_of(url: &str) -> SocketAddr {
         .trim_start_matches("https://")
         .parse()
         .unwrap_or_else(|e| panic!("an address in {url}: {e}"))
-}
-
-/// A list from the apiserver with each item's `kind` and `apiVersion` filled in.
-async fn list(cp: &ControlPlane, path: &str, kind: &str, api_version: &str) -> Vec<Value> {
-    let mut v = cp.get_json(path).await.unwrap_or_else(|e| panic!("{e:#}"));
-    let mut items = match v["items"].take() {
-        Value::Array(a) => a,
-        _ => Vec::new(),
-    };
-    for i in &mut items {
-        i["kind"] = kind.into();
-        i["apiVersion"] = api_version.into();
-    }
-    items
-}
-
-/// What `herald simulate` generates for the apiserver's current state on `node`: the Service
-/// chains of its full iptables restore and nftables transaction.
-async fn simulated_service_chains(cp: &ControlPlane, node: &str, mode: Mode) -> Vec<String> {
-    let mut cluster = herald_audit::Cluster::default();
-    for item in list(cp, "/api/v1/services", "Service", "v1")
-        .await
-        .into_iter()
-        .chain(
-            list(
-                cp,
-                "/apis/discovery.k8s.io/v1/endpointslices",
-                "EndpointSlice",
-                "discovery.k8s.io/v1",
-            )
-            .await,
-        )
-    {
-        cluster
-            .add(item)
-            .expect("the apiserver's objects are valid");
-    }
-    let mut input = herald_simulate::input::from_cluster(&cluster, node, &pod_cidr())
-        .expect("simulate's input");
-    input.service_cidrs = list(
-        cp,
-        "/apis/networking.k8s.io/v1/servicecidrs",
-        "ServiceCIDR",
-        "networking.k8s.io/v1",
-    )
-    .await
-    .iter()
-    .flat_map(|c| c["spec"]["cidrs"].as_array().cloned().unwrap_or_default())
-    .filter_map(|c| c.as_str().filter(|c| !c.contains(':')).map(str::to_string))
-    .collect();
-    let sets = herald_simulate::sync::Rulesets::of(&input);
-    let mut names: Vec<String> = match mode {
-        Mode::Iptables => sets
-            .iptables_full
-            .text
-            .lines()
-            .filter_map(|l| l.strip_prefix(':'))
-            .filter(|l| l.starts_with("KUBE-SVC-"))
-            .map(|l| l.split(' ').next().unwrap_or("").to_string())
-            .collect(),
-        Mode::Nftables => sets
-            .nft_full
-            .text
-            .lines()
-            .filter_map(|l| l.strip_prefix("add chain ip kube-proxy "))
-            .filter(|n| n.starts_with("service-"))
-            .map(str::to_string)
-            .collect(),
-    };
-    names.sort();
-    names.dedup();
-    names
-}
-
-fn pod_cidr() -> String {
-    ClusterSpec::small().pod_cidr.to_string()
 }
 
 /// Waits until the pair's namespaces hold equal rulesets, unchanged for [`QUIET`], whose Service

@@ -13,42 +13,15 @@ mod kube_proxy;
 
 use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use kube_proxy::{Launch, Mode};
 
+mod support;
+use support::{KillOnDrop, block_after};
+
 const BIN: &str = env!("CARGO_BIN_EXE_herald");
-
-fn root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
-
-struct KillOnDrop(Child);
-
-impl Drop for KillOnDrop {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-/// The first fenced block of `file` after a line containing `marker`.
-fn block_after(file: &str, marker: &str) -> String {
-    let text = std::fs::read_to_string(root().join(file)).expect("readable");
-    let after = text
-        .split_once(marker)
-        .unwrap_or_else(|| panic!("{file}: {marker:?}"))
-        .1;
-    after
-        .split_once("```")
-        .and_then(|(_, rest)| rest.split_once('\n'))
-        .map(|(_, rest)| rest)
-        .and_then(|rest| rest.split("```").next())
-        .expect("a fenced block")
-        .to_string()
-}
 
 /// The nftables Service chains `herald simulate` generates for kube-sim's state on `node`.
 fn simulated_service_chains(sim: &kube_sim::Sim, node: &str) -> Vec<String> {
@@ -131,14 +104,7 @@ fn kube_proxy_syncs_from_herald_through_the_recipes_kubeconfig() {
     std::fs::create_dir_all(&mount).expect("mkdir");
     std::fs::copy(work.join("ca.crt"), mount.join("ca.crt")).expect("ca.crt");
     std::fs::write(mount.join("token"), node_token).expect("token");
-    let cm: serde_yaml::Value = serde_yaml::from_str(&block_after(
-        "docs/recipes/kube-proxy-coredns.md",
-        "## The kubeconfig",
-    ))
-    .expect("the recipe's ConfigMap");
-    let kubeconfig = cm["data"]["kubeconfig"]
-        .as_str()
-        .expect("data.kubeconfig")
+    let kubeconfig = block_after("docs/recipes/kube-proxy-coredns.md", "## The kubeconfig")
         .replace(
             "herald-api.example.internal:6443",
             &format!("127.0.0.1:{port}"),

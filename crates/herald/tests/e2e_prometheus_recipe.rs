@@ -2,56 +2,22 @@
 //! `prometheus`) against herald served as the install page sets it up (docs/install.md: its
 //! openssl certificate and tokens file, TLS and bearer tokens on herald's port), over kube-sim.
 //! The recipe's `scrape_configs` block is the one Prometheus loads, with only what ties it to a
-//! cluster replaced: herald's Service address by the test's loopback one (and `server_name`
-//! herald.herald.svc added, so the certificate is still checked for the name the recipe dials),
+//! cluster replaced: herald's Service address by the test's loopback one (the recipe's
+//! `server_name` keeps the certificate checked for herald.herald.svc),
 //! the token and CA paths by the files the install page made. Each job's discovered targets, kept
 //! and dropped, are then exactly the targets of herald's shard 0 of 2 for that job.
 
 use std::collections::BTreeSet;
 use std::io::{BufRead, BufReader};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use kube_sim::peers as installed;
 
+mod support;
+use support::{KillOnDrop, block_after, free_port, root};
+
 const BIN: &str = env!("CARGO_BIN_EXE_herald");
-
-fn root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
-
-struct KillOnDrop(Child);
-
-impl Drop for KillOnDrop {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-/// The first fenced block of `file` after a line containing `marker`.
-fn block_after(file: &str, marker: &str) -> String {
-    let text = std::fs::read_to_string(root().join(file)).expect("readable");
-    let after = text
-        .split_once(marker)
-        .unwrap_or_else(|| panic!("{file}: {marker:?}"))
-        .1;
-    let body = after
-        .split_once("```")
-        .and_then(|(_, rest)| rest.split_once('\n'))
-        .map(|(_, rest)| rest)
-        .expect("a fence");
-    body.split("```").next().expect("a block").to_string()
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .expect("bind")
-        .local_addr()
-        .expect("addr")
-        .port()
-}
 
 /// The `__address__` of each target of an HTTP SD body.
 fn sd_addresses(body: &serde_json::Value) -> BTreeSet<String> {
@@ -140,11 +106,8 @@ fn prometheus_discovers_heralds_shard_with_the_recipes_scrape_configs() {
             &format!("https://127.0.0.1:{port}/"),
         )
         .replace(
-            "ca_file: /etc/prometheus/herald/ca.crt",
-            &format!(
-                "ca_file: {}\n      server_name: herald.herald.svc",
-                work.join("ca.crt").display()
-            ),
+            "/etc/prometheus/herald/ca.crt",
+            &work.join("ca.crt").display().to_string(),
         )
         .replace(
             "/etc/prometheus/herald/token",
