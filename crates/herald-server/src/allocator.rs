@@ -22,8 +22,8 @@ use herald_core::allocation::{Collector, Placement, node_of};
 use herald_core::config::target_allocator::{COLLECTORS_JOB, Collectors, TargetAllocatorConfig};
 use serde_json::value::RawValue;
 
-use crate::snapshot::Encoded;
 use crate::state::Shared;
+use herald_index::snapshot::Encoded;
 
 /// What the allocator reads from herald.
 pub trait TargetSource: Send + Sync + 'static {

@@ -20,10 +20,11 @@ use herald_core::monitor::{MonitorJob, RuleNote};
 use herald_core::{JobRelabel, LabelSet, RelabelStop, Role, hashmod};
 use serde::Serialize;
 
-use crate::cluster::{Decoded, Object, ObjectKey, WatchKind};
-use crate::compact::Group;
-use crate::filter::Refusal;
 use crate::state::Shared;
+use herald_index::compact::Group;
+use herald_index::filter::Refusal;
+use herald_index::lookup::Decoded;
+use herald_index::{Object, ObjectKey, WatchKind};
 
 /// Targets and dropped targets listed per job at most (the counts say how many there were).
 pub const MAX_LISTED: usize = 100;

@@ -139,7 +139,7 @@ pub struct Metrics {
     pub istio_policies: Gauge,
     pub istio_policy_problems: Gauge,
     /// The body store's (`bodies::BodyStore`).
-    pub bodies: crate::bodies::BodyMetrics,
+    pub bodies: herald_index::bodies::BodyMetrics,
     pub sd_response: SdResponseSeconds,
     /// Set at each scrape from the status (`admin::metrics`), so `/metrics`, `/readyz` and the
     /// status page never disagree.

@@ -27,10 +27,10 @@ use herald_core::{JobRelabel, MonitorsConfig, Role};
 use kube_face::ResId;
 use tokio_util::sync::CancellationToken;
 
-use crate::filter::{FilterError, JobSpec};
 use crate::serve::CustomRef;
-use crate::snapshot::{Encoded, Shard};
 use crate::state::{BodyKey, BodyVersion, Shared};
+use herald_index::filter::{FilterError, JobSpec};
+use herald_index::snapshot::{Encoded, Shard};
 
 mod ports;
 
@@ -227,7 +227,7 @@ impl Shared {
             match (&view.istio, &policies) {
                 (Some(job), Some(set)) => {
                     // Both parts in one pass, the other kept for its first request.
-                    let how = crate::snapshot::IstioEncoding {
+                    let how = herald_index::snapshot::IstioEncoding {
                         job,
                         relabel: &view.relabel,
                         policies: &set.policies,

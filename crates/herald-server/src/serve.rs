@@ -10,9 +10,9 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use crate::auth::{AuthError, Security, TokenError};
-use crate::filter::{FilterError, JobSpec};
 use crate::state::{KubeApiOptions, Shared};
 use crate::upstream::{self, InitialList, UpstreamError};
+use herald_index::filter::{FilterError, JobSpec};
 
 /// The User-Agent herald sends upstream (kube-sim's meter and the apiserver's audit log key on it).
 pub const USER_AGENT: &str = concat!("herald/", env!("CARGO_PKG_VERSION"));
@@ -59,8 +59,8 @@ impl Default for ServeOptions {
             kube: None,
             security: Security::default(),
             max_object_bytes: crate::frames::DEFAULT_MAX_OBJECT_BYTES,
-            body_budget_bytes: crate::bodies::DEFAULT_BUDGET_BYTES,
-            hot_body_bytes: crate::hot::DEFAULT_HOT_BYTES,
+            body_budget_bytes: herald_index::bodies::DEFAULT_BUDGET_BYTES,
+            hot_body_bytes: herald_index::hot::DEFAULT_HOT_BYTES,
             monitors: None,
             istio: herald_core::IstioConfig::default(),
             target_allocator: None,
@@ -477,7 +477,7 @@ impl Herald {
             }
             // A Prometheus object's namespace selectors match namespaces by their labels.
             if m.prometheus.is_some() {
-                monitor_resources.push(crate::cluster::WatchKind::Namespace.resource());
+                monitor_resources.push(herald_index::WatchKind::Namespace.resource());
             }
         }
         if specs.iter().any(|s| s.istio.is_some())
@@ -551,10 +551,10 @@ impl Herald {
             tracing::info!(addr = %at, auth = security.authenticates(), tls = k.tls.is_some(), "serving the Kubernetes API");
         }
 
-        tasks.push(tokio::spawn(crate::hot::sweep(
-            shared.clone(),
-            shutdown.clone(),
-        )));
+        let (swept, stop) = (shared.clone(), shutdown.clone());
+        tasks.push(tokio::spawn(async move {
+            herald_index::hot::sweep(swept.bodies.hot(), stop).await;
+        }));
         if shared.monitors.config.is_some() {
             tasks.push(tokio::spawn(crate::monitors::run(
                 shared.clone(),

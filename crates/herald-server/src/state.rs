@@ -14,13 +14,13 @@ use tokio_util::sync::CancellationToken;
 use kube_face::scan::Wanted;
 use kube_face::{Entry, ResId};
 
-use crate::bodies::BodyStore;
-use crate::cache::{Cache, Change, Ingested, SwapStats};
-use crate::cluster::{ObjectKey, Stored, StoredObject, WatchKind};
-use crate::filter::JobSpec;
-use crate::index::{Changed, Index};
 use crate::metrics::{JobLabels, Metrics};
-use crate::snapshot::{Encoded, Shard};
+use herald_index::bodies::BodyStore;
+use herald_index::cache::{Cache, Change, Ingested, SwapStats};
+use herald_index::filter::JobSpec;
+use herald_index::index::{Changed, Index};
+use herald_index::snapshot::{Encoded, Shard};
+use herald_index::{ObjectKey, Stored, StoredObject, WatchKind};
 
 /// Which body the store keeps: a configured job's or a monitor job's (its name, and which of its
 /// Istio parts), whole or one shard.
@@ -124,7 +124,7 @@ pub struct Shared {
     /// What an upstream object's head keeps, per served resource.
     heads: Vec<Wanted>,
     /// The values many objects' slim projections repeat, held once.
-    pub segments: crate::segments::Segments,
+    pub segments: herald_index::segments::Segments,
     jobs: Vec<JobHandle>,
     by_name: HashMap<String, usize>,
     /// The kinds some job needs.
@@ -309,7 +309,10 @@ impl Shared {
             jobs,
             by_name,
             kinds,
-            bodies: BodyStore::new(crate::bodies::DEFAULT_BUDGET_BYTES, metrics.bodies.clone()),
+            bodies: BodyStore::new(
+                herald_index::bodies::DEFAULT_BUDGET_BYTES,
+                metrics.bodies.clone(),
+            ),
             metrics,
             registry,
             served: AtomicU64::new(0),
@@ -383,7 +386,7 @@ impl Shared {
     }
 
     /// Job `j`'s groups of objects in `namespaces` (all when empty), at its current generation.
-    pub fn cut_namespaces(&self, j: usize, namespaces: &[String]) -> crate::index::JobCut {
+    pub fn cut_namespaces(&self, j: usize, namespaces: &[String]) -> herald_index::index::JobCut {
         self.index().cut_namespaces(j, namespaces)
     }
 
@@ -588,7 +591,7 @@ impl Shared {
                             herald_core::istio::Part::Mtls => Some(job.source),
                         };
                         let set = self.istio.current();
-                        let how = crate::snapshot::IstioEncoding {
+                        let how = herald_index::snapshot::IstioEncoding {
                             job: istio,
                             relabel,
                             policies: &set.policies,

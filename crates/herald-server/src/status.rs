@@ -222,7 +222,7 @@ impl ConsumerStatus {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::filter::JobSpec;
+    use herald_index::filter::JobSpec;
 
     #[test]
     fn the_status_lists_jobs_kinds_and_counts_consumers_once_per_address_job_and_shard() {
@@ -242,7 +242,7 @@ mod tests {
         shared.consumers.record(
             Some(ip),
             1,
-            Some(crate::snapshot::Shard { index: 1, count: 4 }),
+            Some(herald_index::snapshot::Shard { index: 1, count: 4 }),
         );
         let s = Status::collect(&shared);
         assert_eq!(

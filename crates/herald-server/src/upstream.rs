@@ -22,10 +22,10 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
-use crate::cache::{Change, Ingested};
-use crate::cluster::{Projection, WatchKind};
 use crate::metrics::{EventLabels, Metrics};
 use crate::state::Shared;
+use herald_index::cache::{Change, Ingested};
+use herald_index::{Projection, WatchKind};
 
 pub mod transport;
 pub use transport::{Compression, Upstream};

@@ -20,8 +20,9 @@ use super::query::SdQuery;
 use herald_core::istio::Part;
 
 use crate::metrics::{CodeLabels, EncodingLabels};
-use crate::snapshot::{Encoded, Sending, Shard};
 use crate::state::{BodyKey, Shared};
+use herald_index::sending::Sending;
+use herald_index::snapshot::{Encoded, Shard};
 
 /// Prometheus's http_sd sends its refresh interval in this header
 /// (prometheus/prometheus: discovery/http/http.go).

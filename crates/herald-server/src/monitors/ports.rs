@@ -19,8 +19,8 @@ use herald_core::monitor::{self, MonitorJob};
 use herald_core::{JobRelabel, LabelSet};
 
 use super::View;
-use crate::compact::Group;
 use crate::state::Shared;
+use herald_index::compact::Group;
 
 /// A port warning (or none) computed for a view at a base job generation.
 pub(super) type Checked = (Arc<View>, u64, Option<String>);
@@ -124,7 +124,7 @@ mod tests {
     use serde_json::{Value, json};
 
     use super::*;
-    use crate::compact::Interner;
+    use herald_index::compact::Interner;
 
     fn labels(pairs: &[(&str, &str)]) -> LabelSet {
         pairs

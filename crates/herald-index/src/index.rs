@@ -9,12 +9,12 @@ use std::sync::mpsc;
 
 use herald_core::{Role, SharedGroup, TargetGroup};
 
-use crate::cluster::{
-    Cluster, Decoded, Dependency, JobLookup, Object, ObjectKey, StoredObject, WatchKind,
-};
 use crate::compact::{Group, Interner, PodBlocks, Recent};
 use crate::filter::JobSpec;
+use crate::lookup::{Decoded, Dependency, JobLookup};
+use crate::objects::{Object, ObjectKey, WatchKind};
 use crate::snapshot::Groups;
+use crate::stored::{Cluster, StoredObject};
 
 /// Which jobs an index operation changed (by position in the job list).
 pub type Changed = BTreeSet<usize>;

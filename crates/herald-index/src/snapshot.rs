@@ -15,7 +15,7 @@ use crate::compact::{Group, write_labeled_entry};
 
 mod blocks;
 
-pub use blocks::{BLOCK_BYTES, Block, Dict, GzipForm, Sending};
+pub use blocks::{BLOCK_BYTES, Block, Dict, Expanded, GzipForm};
 
 /// Shard `index` of `count`, as Prometheus's `hashmod` on `__address__` with modulus `count` followed
 /// by `keep` on `index` (the relabelling prometheus-operator injects for `spec.shards`).
@@ -393,23 +393,8 @@ impl Encoded {
     #[cfg(test)]
     pub fn gzip_bytes(self: &Arc<Self>) -> Vec<u8> {
         let (g, _) = self.gzip();
-        drain(Sending::gzip(self.clone(), g))
+        crate::sending::drain(crate::sending::Sending::gzip(self.clone(), g))
     }
-}
-
-/// Every byte `sending` sends (tests).
-#[cfg(test)]
-pub fn drain(mut sending: Sending) -> Vec<u8> {
-    use http_body::Body as _;
-    let mut out = Vec::new();
-    let waker = std::task::Waker::noop();
-    let mut cx = std::task::Context::from_waker(waker);
-    while let std::task::Poll::Ready(Some(Ok(frame))) =
-        std::pin::Pin::new(&mut sending).poll_frame(&mut cx)
-    {
-        out.extend_from_slice(frame.data_ref().expect("data frames only"));
-    }
-    out
 }
 
 /// A body under construction: the blocks closed so far and the entries of the one being written.

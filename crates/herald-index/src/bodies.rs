@@ -13,8 +13,8 @@ use std::time::Instant;
 
 use bytes::Bytes;
 
-use crate::hot::{DEFAULT_HOT_BYTES, Expanded, HotBodies, HotMetrics};
-use crate::snapshot::{Encoded, GzipForm};
+use crate::hot::{DEFAULT_HOT_BYTES, HotBodies, HotMetrics};
+use crate::snapshot::{Encoded, Expanded, GzipForm};
 
 /// The default budget: every shard body of both jobs of the steady-state benchmark (k8s-limits, ten
 /// shards of `pod` and `endpointslice`: 2.2 GB identity, ~190 MB in blocks) with room for one

@@ -1,0 +1,46 @@
+//! herald-index: the discovery engine. It holds what herald knows of the cluster and what it serves
+//! from it, and knows no HTTP and no Kubernetes client: upstream feeds write into it, the faces read
+//! it.
+//!
+//! Layer: above herald-core (roles, labels, relabelling), kube-face (the cache's resource logs) and
+//! kube-selectors; below herald-server. It may import those three, k8s-openapi's types and plain
+//! libraries (tokio's sync and time, codecs, hashing), never axum, hyper, kube or reqwest: the
+//! compiler keeps the layer, since they are not in its manifest.
+//!
+//! Rooms, bottom up (each imports only rooms listed before it):
+//! - `objects`: the watched kinds, object keys, typed objects decoded from upstream JSON;
+//! - `segments`: slim projections held in shared segments;
+//! - `stored`: what discovery keeps of each object (`Stored`) and the per-kind stores (`Cluster`);
+//! - `filter`: a job's spec, namespaces and selectors;
+//! - `lookup`: objects decoded for a stretch of group builds, and the per-job `Lookup` role code
+//!   reads through;
+//! - `cache`: herald's copy of its upstream, one resource log per served resource;
+//! - `compact`: target groups as interned, shared label blocks;
+//! - `snapshot`: encoded bodies (HTTP SD JSON held as compressed blocks, ETags, shards);
+//! - `sending`: an encoded body sent as an HTTP body (`http_body::Body`), block by block;
+//! - `hot`: bodies asked for again and again, kept expanded; `bodies`: the store of encoded bodies
+//!   within a byte budget;
+//! - `index`: every job's groups, recomputed incrementally from object changes;
+//! - `reference`: jobs computed from scratch, the yardstick the index is tested against.
+
+pub mod bodies;
+pub mod cache;
+pub mod compact;
+pub mod filter;
+pub mod hot;
+pub mod index;
+pub mod lookup;
+pub mod objects;
+pub mod reference;
+pub mod segments;
+pub mod sending;
+pub mod snapshot;
+pub mod stored;
+
+pub use compact::Group;
+pub use filter::{FilterError, JobFilter, JobSpec};
+pub use index::Index;
+pub use objects::{DecodeError, Object, ObjectKey, WatchKind};
+pub use reference::{Reference, ReferenceError};
+pub use snapshot::{Encoded, Shard};
+pub use stored::{Cluster, Ingested, Projection, Stored, StoredObject};
