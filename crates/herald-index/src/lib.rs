@@ -15,6 +15,7 @@
 //! - `lookup`: objects decoded for a stretch of group builds, and the per-job `Lookup` role code
 //!   reads through;
 //! - `cache`: herald's copy of its upstream, one resource log per served resource;
+//! - `interner`: label strings and blocks held once, shared by every group that has them;
 //! - `compact`: target groups as interned, shared label blocks;
 //! - `snapshot`: encoded bodies (HTTP SD JSON held as compressed blocks, ETags, shards);
 //! - `sending`: an encoded body sent as an HTTP body (`http_body::Body`), block by block;
@@ -29,6 +30,7 @@ pub mod compact;
 pub mod filter;
 pub mod hot;
 pub mod index;
+pub mod interner;
 pub mod lookup;
 pub mod objects;
 pub mod reference;

@@ -17,6 +17,9 @@
 pub mod admission;
 pub mod allocator;
 pub mod auth;
+pub mod catalog;
+pub mod changes;
+pub mod escape;
 pub mod explain;
 pub mod frames;
 pub mod heap;

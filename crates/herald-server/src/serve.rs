@@ -68,8 +68,7 @@ impl Default for ServeOptions {
     }
 }
 
-/// A custom resource by (group, version, resource).
-pub type CustomRef = (String, String, String);
+pub use crate::kube_api::CustomRef;
 
 /// Where and how to serve the Kubernetes API face.
 #[derive(Debug, Clone)]
@@ -527,8 +526,12 @@ impl Herald {
             let at = local_addr(&kube_listener, k.listen)?;
             kube_addr = Some(at);
             let security = k.security();
+            let face = shared
+                .kube_api
+                .clone()
+                .expect("the face is built when its options are given");
             let app = crate::auth::guard(
-                crate::kube_api::router(shared.clone()),
+                crate::kube_api::router(face),
                 &security,
                 shared.metrics.kube_auth_refused.clone(),
                 crate::kube_api::refuse,
@@ -556,16 +559,19 @@ impl Herald {
             herald_index::hot::sweep(swept.bodies.hot(), stop).await;
         }));
         if shared.monitors.config.is_some() {
-            tasks.push(tokio::spawn(crate::monitors::run(
-                shared.clone(),
-                shutdown.clone(),
-            )));
+            let (s, stop) = (shared.clone(), shutdown.clone());
+            tasks.push(tokio::spawn(async move {
+                let base_job = |name: &str| s.job(name);
+                crate::monitors::feed::run(&s.monitors, &s.cache, &s.metrics, &base_job, stop)
+                    .await;
+            }));
         }
         if shared.istio.config.is_some() {
-            tasks.push(tokio::spawn(crate::istio::run(
-                shared.clone(),
-                shutdown.clone(),
-            )));
+            let (s, stop) = (shared.clone(), shutdown.clone());
+            tasks.push(tokio::spawn(async move {
+                let changed = || s.touch_istio_jobs();
+                crate::istio::run(&s.istio, &s.cache, &s.metrics, &changed, stop).await;
+            }));
         }
         let allocator = options
             .target_allocator

@@ -3,7 +3,7 @@
 //! they would cost directly, and recent warnings. `/status.json` serialises it and the page at `/`
 //! is rendered from it (`http::status`), so the two never disagree.
 
-mod consumers;
+pub mod consumers;
 mod recent;
 
 use std::sync::atomic::Ordering;

@@ -68,7 +68,7 @@ const PAGE_SIZE: usize = 500;
 /// kube-apiserver's API Priority and Fairness rejecting herald's user, herald neither marked the
 /// resource stale, counted nor logged the refusals, and waited out kube's backoff (minutes by the
 /// last attempts) instead of its own (at most 30 s) once they stopped. A feed retries by itself
-/// ([`Backoff`]), resuming from where it was.
+/// (`Backoff`), resuming from where it was.
 pub fn client(config: kube::Config, user_agent: &str) -> Result<kube::Client, UpstreamError> {
     build_client(config, user_agent, false)
 }
@@ -498,7 +498,7 @@ impl Feed {
             let mut url = format!("{}?limit={PAGE_SIZE}", self.path());
             if let Some(t) = &token {
                 url.push_str("&continue=");
-                url.push_str(&encode_query(t));
+                url.push_str(&crate::escape::query(t));
             }
             self.shared
                 .metrics
@@ -851,19 +851,6 @@ impl Listing {
         self.settle(feed).await?;
         Ok((self.entries, self.keep))
     }
-}
-
-/// Percent-encodes a query value or path segment (RFC 3986 unreserved characters stay; continue
-/// tokens are opaque and may hold any character).
-pub(crate) fn encode_query(v: &str) -> String {
-    v.bytes()
-        .map(|b| match b {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
-                (b as char).to_string()
-            }
-            _ => format!("%{b:02X}"),
-        })
-        .collect()
 }
 
 #[cfg(test)]
