@@ -8,7 +8,7 @@ use std::task::{Context, Poll};
 use bytes::Bytes;
 use http_body::{Frame, SizeHint};
 
-use crate::snapshot::{Encoded, Expanded, GzipForm};
+use crate::encoded::{Encoded, Expanded, GzipForm};
 
 /// A response body sent block by block: each block expanded (identity) or its deflated bytes
 /// (gzip) as hyper asks for the next frame, so a response holds one block beyond what is kept.
@@ -26,7 +26,7 @@ pub struct Sending {
 #[derive(Debug)]
 enum Form {
     /// Each block expanded: by this response, or (`Some`) once and shared while the body is hot
-    /// (`hot::HotBodies`).
+    /// (`hot_bodies::HotBodies`).
     Identity(Option<Arc<Expanded>>),
     /// Each block's deflated form, between the gzip form's head and tail.
     Gzip(Arc<GzipForm>),
@@ -35,7 +35,7 @@ enum Form {
 }
 
 impl Sending {
-    /// `hot`: the body's shared expanded blocks if it is hot (`hot::HotBodies::identity`).
+    /// `hot`: the body's shared expanded blocks if it is hot (`hot_bodies::HotBodies::identity`).
     pub fn identity(body: Arc<Encoded>, hot: Option<Arc<Expanded>>) -> Sending {
         Sending {
             remaining: body.len() as u64,
@@ -54,7 +54,7 @@ impl Sending {
         }
     }
 
-    /// A hot body's gzip form held whole (`hot::HotBodies::gzip`): sent as one frame, as a static
+    /// A hot body's gzip form held whole (`hot_bodies::HotBodies::gzip`): sent as one frame, as a static
     /// server would (its blocks' deflated forms are a few KiB each: hundreds of frames otherwise).
     pub fn gzip_whole(body: Arc<Encoded>, whole: Bytes) -> Sending {
         Sending {

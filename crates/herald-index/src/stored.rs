@@ -8,7 +8,7 @@ use herald_core::slim;
 use kube_face::Entry;
 
 use crate::objects::{Object, ObjectKey, WatchKind};
-use crate::segments::Slim;
+use crate::slim::Slim;
 
 /// An upstream object as herald keeps it: its entry (the upstream JSON only when the Kubernetes API
 /// face serves it, see `crate::cache::Cache::keeps_bytes`) and, for kinds discovery reads, its slim projection

@@ -23,7 +23,7 @@ use herald_core::allocation::{Collector, Placement, node_of};
 use herald_core::config::target_allocator::{COLLECTORS_JOB, Collectors, TargetAllocatorConfig};
 use serde_json::value::RawValue;
 
-use herald_index::snapshot::Encoded;
+use herald_index::encoded::Encoded;
 
 /// What the allocator reads from herald.
 pub trait TargetSource: Send + Sync + 'static {

@@ -8,13 +8,13 @@ use std::sync::Arc;
 use herald_core::JobRelabel;
 use herald_core::config::target_allocator::TargetAllocatorConfig;
 use herald_core::istio::{IstioJob, Part};
+use herald_index::encoded::{Encoded, IstioEncoding, Shard};
 use herald_index::index::JobCut;
-use herald_index::snapshot::{Encoded, IstioEncoding, Shard};
 
 use crate::allocator::{Allocator, SourceError, TargetSource};
 use crate::istio::PolicySet;
 use crate::monitors::{BASE_PREFIX, View};
-use crate::state::{BodyKey, BodyVersion, Shared};
+use crate::shared::{BodyKey, BodyVersion, Shared};
 
 /// What a job name serves.
 #[derive(Debug, Clone)]

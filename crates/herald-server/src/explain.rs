@@ -23,7 +23,7 @@ use std::collections::BTreeSet;
 
 pub use answer::*;
 
-use crate::state::Shared;
+use crate::shared::Shared;
 
 /// Answers `q` from what `shared` serves now.
 pub fn explain(shared: &Shared, q: &Query) -> Result<Explanation, ExplainError> {

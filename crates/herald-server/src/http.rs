@@ -5,10 +5,10 @@
 
 mod admin;
 mod error;
-mod explain;
+mod explain_page;
 mod query;
 pub(crate) mod sd;
-pub mod status;
+pub mod status_page;
 mod style;
 
 use std::sync::Arc;
@@ -18,7 +18,7 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 
-use crate::state::Shared;
+use crate::shared::Shared;
 
 pub use error::ApiError;
 pub use query::{QueryError, SdQuery, parse_duration};
@@ -38,10 +38,10 @@ pub fn app_with(
         // A wildcard: monitor jobs are named `serviceMonitor/<namespace>/<name>/<index>`.
         .route("/sd/v1/{*job}", get(sd::job))
         .route("/scrape-configs", get(sd::scrape_configs))
-        .route("/", get(status::page))
-        .route("/status.json", get(status::json))
-        .route("/explain", get(explain::json))
-        .route("/explain.html", get(explain::page))
+        .route("/", get(status_page::page))
+        .route("/status.json", get(status_page::json))
+        .route("/explain", get(explain_page::json))
+        .route("/explain.html", get(explain_page::page))
         .route("/sd/v1", get(sd::list_jobs))
         .route("/sd/v1/", get(sd::list_jobs))
         .route("/healthz", get(admin::healthz))

@@ -192,15 +192,7 @@ mod tests {
             "metadata": {"namespace": namespace, "name": name, "resourceVersion": rv.to_string()},
             "spec": {"mtls": {"mode": mode}},
         });
-        Arc::new(Entry {
-            key: (namespace.into(), name.into()),
-            rv,
-            labels: Default::default(),
-            fields: Default::default(),
-            uid_hash: 0,
-            bytes: kube_face::Json::compress(json.to_string().as_bytes()),
-            proto: Default::default(),
-        })
+        crate::fixtures::mk_entry(namespace, name, rv, &json)
     }
 
     #[test]

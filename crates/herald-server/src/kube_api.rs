@@ -318,18 +318,9 @@ mod tests {
     use super::*;
 
     fn mk_entry(name: &str, rv: u64) -> Arc<Entry> {
-        let json = format!(
-            r#"{{"apiVersion":"v1","kind":"ConfigMap","metadata":{{"namespace":"default","name":"{name}","resourceVersion":"{rv}"}}}}"#
-        );
-        Arc::new(Entry {
-            key: ("default".into(), name.into()),
-            rv,
-            labels: Default::default(),
-            fields: Default::default(),
-            uid_hash: 0,
-            bytes: kube_face::Json::compress(json.as_bytes()),
-            proto: Default::default(),
-        })
+        let json = serde_json::json!({"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"namespace": "default", "name": name, "resourceVersion": rv.to_string()}});
+        crate::fixtures::mk_entry("default", name, rv, &json)
     }
 
     fn mk_face(options: KubeApiOptions) -> KubeFace {

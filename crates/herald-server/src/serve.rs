@@ -10,7 +10,7 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use crate::auth::{AuthError, Security, TokenError};
-use crate::state::{KubeApiOptions, Shared};
+use crate::shared::{KubeApiOptions, Shared};
 use crate::upstream::{self, InitialList, UpstreamError};
 use herald_index::filter::{FilterError, JobSpec};
 
@@ -35,9 +35,9 @@ pub struct ServeOptions {
     pub security: Security,
     /// Upstream objects larger than this are refused and counted; their last good version stays.
     pub max_object_bytes: usize,
-    /// The most the HTTP SD bodies kept between requests may hold (`bodies::BodyStore`).
+    /// The most the HTTP SD bodies kept between requests may hold (`body_store::BodyStore`).
     pub body_budget_bytes: usize,
-    /// The most the hot bodies' expanded blocks may hold (`hot::HotBodies`); 0 keeps none.
+    /// The most the hot bodies' expanded blocks may hold (`hot_bodies::HotBodies`); 0 keeps none.
     pub hot_body_bytes: usize,
     /// prometheus-operator monitors served as jobs; the specs must include their base jobs
     /// (`job_specs` adds them).
@@ -58,9 +58,9 @@ impl Default for ServeOptions {
             user_agent: USER_AGENT.to_string(),
             kube: None,
             security: Security::default(),
-            max_object_bytes: crate::frames::DEFAULT_MAX_OBJECT_BYTES,
-            body_budget_bytes: herald_index::bodies::DEFAULT_BUDGET_BYTES,
-            hot_body_bytes: herald_index::hot::DEFAULT_HOT_BYTES,
+            max_object_bytes: crate::watch_lines::DEFAULT_MAX_OBJECT_BYTES,
+            body_budget_bytes: herald_index::body_store::DEFAULT_BUDGET_BYTES,
+            hot_body_bytes: herald_index::hot_bodies::DEFAULT_HOT_BYTES,
             monitors: None,
             istio: herald_core::IstioConfig::default(),
             target_allocator: None,
@@ -556,7 +556,7 @@ impl Herald {
 
         let (swept, stop) = (shared.clone(), shutdown.clone());
         tasks.push(tokio::spawn(async move {
-            herald_index::hot::sweep(swept.bodies.hot(), stop).await;
+            herald_index::hot_bodies::sweep(swept.bodies.hot(), stop).await;
         }));
         if shared.monitors.config.is_some() {
             let (s, stop) = (shared.clone(), shutdown.clone());

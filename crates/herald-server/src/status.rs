@@ -11,7 +11,7 @@ use std::sync::atomic::Ordering;
 use serde::Serialize;
 
 use crate::metrics::Metrics;
-use crate::state::Shared;
+use crate::shared::Shared;
 
 pub use consumers::{CONSUMER_WINDOW, Consumers};
 pub use recent::{RECENT_CAPACITY, RecentWarning, RecentWarnings, recent_warnings};
@@ -242,7 +242,7 @@ mod tests {
         shared.consumers.record(
             Some(ip),
             1,
-            Some(herald_index::snapshot::Shard { index: 1, count: 4 }),
+            Some(herald_index::encoded::Shard { index: 1, count: 4 }),
         );
         let s = Status::collect(&shared);
         assert_eq!(

@@ -102,7 +102,7 @@ pub(crate) fn job_answers(
                 }
             }
         }
-        // Equal targets of one group are served once, in a stable order (`snapshot::place_group`).
+        // Equal targets of one group are served once, in a stable order (`encoded::place_group`).
         // Without relabeling, the body writes every discovered target as it is.
         if how.relabel.is_some() {
             served.sort_unstable();
@@ -152,7 +152,7 @@ pub(crate) fn job_answers(
 static EMPTY: std::sync::LazyLock<Policies> = std::sync::LazyLock::new(Policies::default);
 
 /// One discovered target through the job's relabeling and placement, as serving builds bodies
-/// (`snapshot.rs`): what it serves pushed to `out`; where it stopped and what the stopping rule
+/// (`encoded.rs`): what it serves pushed to `out`; where it stopped and what the stopping rule
 /// saw when it serves nothing.
 fn place(
     mut labels: LabelSet,

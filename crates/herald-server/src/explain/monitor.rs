@@ -13,7 +13,7 @@ use crate::explain::answer::{
     Query, Subject,
 };
 use crate::explain::jobs::{How, job_answers};
-use crate::state::Shared;
+use crate::shared::Shared;
 
 pub(crate) fn explain_monitor(
     shared: &Shared,

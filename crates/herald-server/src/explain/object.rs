@@ -5,14 +5,14 @@ use std::sync::Arc;
 
 use herald_core::monitor::MonitorJob;
 use herald_core::{LabelSet, Role};
-use herald_index::compact::Group;
 use herald_index::filter::Refusal;
+use herald_index::groups::Group;
 use herald_index::lookup::Decoded;
 use herald_index::{Object, ObjectKey, WatchKind};
 
 use crate::explain::answer::*;
 use crate::explain::jobs::{Found, How, job_answers};
-use crate::state::Shared;
+use crate::shared::Shared;
 
 /// The object's parts every job's answer reads, decoded once.
 struct Subjected {

@@ -21,9 +21,9 @@ use herald_core::istio::Part;
 
 use crate::catalog::{self, Served};
 use crate::metrics::{CodeLabels, EncodingLabels};
-use crate::state::{BodyKey, Shared};
+use crate::shared::{BodyKey, Shared};
+use herald_index::encoded::{Encoded, Shard};
 use herald_index::sending::Sending;
-use herald_index::snapshot::{Encoded, Shard};
 
 /// Prometheus's http_sd sends its refresh interval in this header
 /// (prometheus/prometheus: discovery/http/http.go).

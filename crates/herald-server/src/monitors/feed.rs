@@ -480,21 +480,13 @@ mod tests {
         Cache::new(resources, 10, true)
     }
 
-    fn mk_service_monitor(name: &str, port: &str, rv: u64) -> Arc<kube_face::Entry> {
+    fn mk_service_monitor(name: &str, port: &str, rv: u64) -> Arc<Entry> {
         let json = serde_json::json!({
             "apiVersion": "monitoring.coreos.com/v1", "kind": "ServiceMonitor",
             "metadata": {"namespace": "prod", "name": name, "resourceVersion": rv.to_string()},
             "spec": {"selector": {"matchLabels": {"app": name}}, "endpoints": [{"port": port}]},
         });
-        Arc::new(Entry {
-            key: ("prod".into(), name.into()),
-            rv,
-            labels: Default::default(),
-            fields: Default::default(),
-            uid_hash: 0,
-            bytes: kube_face::Json::compress(json.to_string().as_bytes()),
-            proto: Default::default(),
-        })
+        crate::fixtures::mk_entry("prod", name, rv, &json)
     }
 
     fn servicemonitors(cache: &Cache) -> ResId {

@@ -19,8 +19,8 @@ use herald_core::LabelSet;
 
 use crate::monitors::View;
 use crate::monitors::views::MAX_PORT_WARNINGS;
-use crate::state::Shared;
-use herald_index::compact::Group;
+use crate::shared::Shared;
+use herald_index::groups::Group;
 
 /// At most this many port names are listed in a warning.
 const MAX_LISTED: usize = 12;
@@ -116,7 +116,7 @@ mod tests {
     use crate::monitors::views::selection;
     use herald_core::JobRelabel;
     use herald_core::monitor;
-    use herald_index::compact::Interner;
+    use herald_index::groups::Interner;
 
     fn labels(pairs: &[(&str, &str)]) -> LabelSet {
         pairs

@@ -1,6 +1,6 @@
 //! Encoded snapshots: one job (or one shard of it) at one generation, as HTTP SD JSON held in zstd
 //! blocks (and gzip on ask), with its ETag. Encoded once and shared by every response while
-//! `bodies::BodyStore` keeps it; the next generation takes over its unchanged blocks.
+//! `body_store::BodyStore` keeps it; the next generation takes over its unchanged blocks.
 
 use std::collections::HashMap;
 use std::hash::BuildHasher as _;
@@ -11,7 +11,7 @@ use herald_core::istio::{APP_ANNOTATIONS_LABEL, IstioJob, Part, Policies, Served
 use herald_core::{JobRelabel, LabelSet, hashmod};
 use md5::{Digest, Md5};
 
-use crate::compact::{Group, write_labeled_entry};
+use crate::groups::{Group, write_labeled_entry};
 
 mod blocks;
 
@@ -648,7 +648,7 @@ mod tests {
     use herald_core::{LabelSet, TargetGroup, encode_http_sd, http_sd_entries};
 
     use super::*;
-    use crate::compact::Interner;
+    use crate::groups::Interner;
 
     fn mk_group(source: &str, addrs: &[&str]) -> Arc<Group> {
         Arc::new(Group::of(

@@ -12,7 +12,7 @@ use axum::response::{Html, IntoResponse, Response};
 
 use crate::escape::html as esc;
 use crate::explain::{self, ExplainError};
-use crate::state::Shared;
+use crate::shared::Shared;
 
 fn status(e: &ExplainError) -> StatusCode {
     match e {

@@ -17,11 +17,11 @@ use kube_face::{Entry, ResId};
 use crate::kube_api::KubeFace;
 pub use crate::kube_api::{DEFAULT_WATCH_BATCH, KubeApiOptions};
 use crate::metrics::{JobLabels, Metrics};
-use herald_index::bodies::BodyStore;
+use herald_index::body_store::BodyStore;
 use herald_index::cache::{Cache, Change, Ingested, SwapStats};
+use herald_index::encoded::Shard;
 use herald_index::filter::JobSpec;
 use herald_index::index::{Changed, Index};
-use herald_index::snapshot::Shard;
 use herald_index::{ObjectKey, Stored, StoredObject, WatchKind};
 
 /// Which body the store keeps: a configured job's or a monitor job's (its name, and which of its
@@ -86,7 +86,7 @@ pub struct Shared {
     /// What an upstream object's head keeps, per served resource.
     heads: Vec<Wanted>,
     /// The values many objects' slim projections repeat, held once.
-    pub segments: herald_index::segments::Segments,
+    pub segments: herald_index::slim::Segments,
     jobs: Vec<JobHandle>,
     by_name: HashMap<String, usize>,
     /// The kinds some job needs.
@@ -99,7 +99,7 @@ pub struct Shared {
     pub served: AtomicU64,
     /// Recent service discovery consumers, for the status page.
     pub consumers: crate::status::consumers::Consumers,
-    /// Largest upstream object accepted, in bytes (`frames::DEFAULT_MAX_OBJECT_BYTES` unless set).
+    /// Largest upstream object accepted, in bytes (`watch_lines::DEFAULT_MAX_OBJECT_BYTES` unless set).
     max_object_bytes: AtomicUsize,
     /// Cancelled when herald shuts down: waiting long-polls answer at once instead of holding it up.
     shutdown: CancellationToken,
@@ -272,14 +272,14 @@ impl Shared {
             by_name,
             kinds,
             bodies: BodyStore::new(
-                herald_index::bodies::DEFAULT_BUDGET_BYTES,
+                herald_index::body_store::DEFAULT_BUDGET_BYTES,
                 metrics.bodies.clone(),
             ),
             metrics,
             registry,
             served: AtomicU64::new(0),
             consumers: crate::status::consumers::Consumers::default(),
-            max_object_bytes: AtomicUsize::new(crate::frames::DEFAULT_MAX_OBJECT_BYTES),
+            max_object_bytes: AtomicUsize::new(crate::watch_lines::DEFAULT_MAX_OBJECT_BYTES),
             shutdown: CancellationToken::new(),
             monitors: crate::monitors::MonitorState::new(monitors),
             istio: crate::istio::IstioState::new(istio),
@@ -301,12 +301,12 @@ impl Shared {
         self.max_object_bytes.store(bytes.max(1), Ordering::Relaxed);
     }
 
-    /// The most the kept SD bodies may hold (`bodies::BodyStore`); what no longer fits is evicted.
+    /// The most the kept SD bodies may hold (`body_store::BodyStore`); what no longer fits is evicted.
     pub fn set_body_budget(&self, bytes: usize) {
         self.bodies.set_budget(bytes);
     }
 
-    /// The most the hot bodies' expanded blocks may hold (`hot::HotBodies`); 0 keeps none.
+    /// The most the hot bodies' expanded blocks may hold (`hot_bodies::HotBodies`); 0 keeps none.
     pub fn set_hot_body_budget(&self, bytes: usize) {
         self.bodies.hot().set_budget(bytes);
     }

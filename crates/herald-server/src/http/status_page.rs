@@ -11,7 +11,7 @@ use axum::response::{Html, IntoResponse, Response};
 
 use crate::escape::html as esc;
 use crate::http::style::STYLE;
-use crate::state::Shared;
+use crate::shared::Shared;
 use crate::status::Status;
 
 /// Seconds between the page's reloads.
@@ -119,7 +119,7 @@ pub fn render(s: &Status) -> String {
         }
     }
     // NB: this page reloads itself; `/explain.html` holds the same form without reloading.
-    h.push_str(&crate::http::explain::form(&Default::default()));
+    h.push_str(&crate::http::explain_page::form(&Default::default()));
     h.push_str(
         "<p class=\"dim\"><a href=\"/explain.html\">the explain page</a> (does not reload)</p>",
     );

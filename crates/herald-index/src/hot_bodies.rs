@@ -2,7 +2,7 @@
 //! (gzip) while it stays asked for, in the room the body store's budget leaves beside its compressed
 //! bodies and at most `--hot-body-bytes` (DESIGN-NOTES section 3).
 //!
-//! NB: why by hand. Bodies are held as zstd blocks (`snapshot::blocks`) and an identity response
+//! NB: why by hand. Bodies are held as zstd blocks (`encoded::blocks`) and an identity response
 //! expands them as it goes: ~11 ms of CPU per 25 MB on the 2-core VM, more than writing the bytes
 //! (~9 ms). A body many clients keep asking for (a fleet of unsharded consumers, an HA pair polling
 //! together, a herald tier below) would pay that on every response. What is kept here is each block
@@ -19,7 +19,7 @@ use bytes::Bytes;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::gauge::Gauge;
 
-use crate::snapshot::{Encoded, Expanded};
+use crate::encoded::{Encoded, Expanded};
 
 /// The default most the hot forms hold: room for a hot shard body at `k8s-limits` scale (one tenth
 /// of a job is 25–110 MB identity), a third of the body store's default budget.
@@ -301,7 +301,7 @@ pub async fn sweep(hot: &HotBodies, stop: tokio_util::sync::CancellationToken) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::bodies::tests::mk_groups;
+    use crate::body_store::tests::mk_groups;
     use crate::sending::{Sending, drain};
 
     /// A body of several blocks.

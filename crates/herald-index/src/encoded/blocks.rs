@@ -308,7 +308,7 @@ impl GzipForm {
         self.head.len() + self.tail.len() + 64
     }
 
-    /// The whole gzip body in one buffer (a hot body's, `hot::HotBodies`), from `blocks`, the
+    /// The whole gzip body in one buffer (a hot body's, `hot_bodies::HotBodies`), from `blocks`, the
     /// blocks this form was made of.
     pub fn whole(&self, blocks: &[Arc<Block>]) -> Bytes {
         let mut out = Vec::with_capacity(self.len);
