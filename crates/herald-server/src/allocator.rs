@@ -10,7 +10,8 @@
 //! it says so with `NB:`.
 //!
 //! The state is its own type, reading herald through a narrow handle (`TargetSource`): the job names
-//! and each job's current encoded body. Nothing here is a field of `Shared`.
+//! and each job's current encoded body (herald's is `catalog::Source`, which also gives
+//! `Allocator::over`). Nothing here is a field of `Shared`.
 
 pub mod api;
 
@@ -22,8 +23,7 @@ use herald_core::allocation::{Collector, Placement, node_of};
 use herald_core::config::target_allocator::{COLLECTORS_JOB, Collectors, TargetAllocatorConfig};
 use serde_json::value::RawValue;
 
-use crate::snapshot::Encoded;
-use crate::state::Shared;
+use herald_index::encoded::Encoded;
 
 /// What the allocator reads from herald.
 pub trait TargetSource: Send + Sync + 'static {
@@ -122,11 +122,6 @@ impl Allocator {
             }),
             assignments: Mutex::new(HashMap::new()),
         }
-    }
-
-    /// Over herald's own state.
-    pub fn over(config: TargetAllocatorConfig, shared: Arc<Shared>) -> Allocator {
-        Allocator::new(config, Arc::new(SharedSource(shared)))
     }
 
     pub fn config(&self) -> &TargetAllocatorConfig {
@@ -330,77 +325,6 @@ fn collectors_from_pods(body: &[u8]) -> Result<Vec<Collector>, String> {
     }
     out.sort();
     Ok(out)
-}
-
-/// herald's state as the allocator reads it.
-struct SharedSource(Arc<Shared>);
-
-impl TargetSource for SharedSource {
-    fn job_names(&self) -> Vec<String> {
-        let shared = &self.0;
-        let monitors = shared.monitors.config.is_some();
-        let mut names: Vec<String> = shared
-            .jobs()
-            .iter()
-            // A monitor's base job is herald's plumbing; its views are the jobs.
-            .filter(|h| !(monitors && h.name.starts_with(crate::monitors::BASE_PREFIX)))
-            .map(|h| h.name.clone())
-            .collect();
-        for (name, v) in &shared.monitors.views().by_name {
-            names.push(name.clone());
-            names.extend(v.companion());
-        }
-        names
-    }
-
-    fn body(&self, job: &str) -> Result<Arc<Encoded>, SourceError> {
-        let shared = &self.0;
-        let (j, view) = match shared.job(job) {
-            Some(j) => (j, None),
-            None => {
-                let v = shared
-                    .monitors
-                    .view_part(job)
-                    .ok_or_else(|| SourceError::UnknownJob(job.into()))?;
-                (v.0.base, Some(v))
-            }
-        };
-        if !shared.job_synced(j) {
-            return Err(SourceError::NotSynced(job.into()));
-        }
-        Ok(match view {
-            Some((v, part)) => shared.view_encoded(&v, None, part),
-            None => shared.encoded(j, None),
-        })
-    }
-
-    fn scrape_config(&self, job: &str) -> Option<serde_json::Value> {
-        let shared = &self.0;
-        if shared.job(job).is_some() {
-            // A configured job: herald serves its targets already relabeled, so the collector
-            // needs the name alone and scrapes with its own defaults.
-            return Some(serde_json::json!({ "job_name": job }));
-        }
-        let (view, part) = shared.monitors.view_part(job)?;
-        let mut monitor = view.job.clone();
-        if part == herald_core::istio::Part::Mtls {
-            // The companion: over https with Istio's certificates, as /scrape-configs writes it.
-            monitor.name = job.to_string();
-            monitor.scrape.scheme = Some("https".into());
-            if let Some(cfg) = &shared.istio.config {
-                monitor.scrape.tls_config = Some(crate::http::sd::istio_tls_files(cfg));
-            }
-        }
-        // The endpoint's scrape settings, as herald's /scrape-configs writes them for Prometheus;
-        // the collector replaces the service discovery with its own http_sd on this API.
-        let yaml = herald_core::monitor::scrape_config_yaml(&monitor, "http://unused");
-        let mut list: Vec<serde_json::Value> = serde_yaml::from_str(&yaml).ok()?;
-        let mut cfg = list.pop()?;
-        if let Some(m) = cfg.as_object_mut() {
-            m.remove("http_sd_configs");
-        }
-        Some(cfg)
-    }
 }
 
 #[cfg(test)]

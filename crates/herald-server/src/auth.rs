@@ -17,7 +17,7 @@ use axum::middleware::{self, Next};
 use axum::response::Response;
 use prometheus_client::metrics::counter::Counter;
 
-use crate::tls::TlsFiles;
+use crate::tls::{TlsFiles, VerifiedClient};
 
 /// Paths answered without a credential: kubelet probes carry none.
 pub const OPEN_PATHS: &[&str] = &["/healthz", "/readyz"];
@@ -164,11 +164,6 @@ fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
     }
     a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
-
-/// Marks a request that came over a TLS connection whose client certificate the client CA verified
-/// (set by `tls::serve`; never by anything a client sends).
-#[derive(Debug, Clone, Copy)]
-pub struct VerifiedClient;
 
 /// Why a request was refused.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

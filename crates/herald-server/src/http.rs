@@ -4,10 +4,12 @@
 //! drive it without a socket.
 
 mod admin;
-mod explain;
+mod error;
+mod explain_page;
 mod query;
 pub(crate) mod sd;
-pub mod status;
+pub mod status_page;
+mod style;
 
 use std::sync::Arc;
 
@@ -16,8 +18,9 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 
-use crate::state::Shared;
+use crate::shared::Shared;
 
+pub use error::ApiError;
 pub use query::{QueryError, SdQuery, parse_duration};
 
 /// The whole HTTP surface over `shared`.
@@ -35,10 +38,10 @@ pub fn app_with(
         // A wildcard: monitor jobs are named `serviceMonitor/<namespace>/<name>/<index>`.
         .route("/sd/v1/{*job}", get(sd::job))
         .route("/scrape-configs", get(sd::scrape_configs))
-        .route("/", get(status::page))
-        .route("/status.json", get(status::json))
-        .route("/explain", get(explain::json))
-        .route("/explain.html", get(explain::page))
+        .route("/", get(status_page::page))
+        .route("/status.json", get(status_page::json))
+        .route("/explain", get(explain_page::json))
+        .route("/explain.html", get(explain_page::page))
         .route("/sd/v1", get(sd::list_jobs))
         .route("/sd/v1/", get(sd::list_jobs))
         .route("/healthz", get(admin::healthz))
@@ -70,40 +73,4 @@ pub fn refuse(why: crate::auth::Refusal) -> Response {
         );
     }
     res
-}
-
-/// An error answered as a small JSON body `{"error": "..."}` with its status code.
-#[derive(Debug, thiserror::Error)]
-pub enum ApiError {
-    #[error("{0}")]
-    NotFound(String),
-    #[error(transparent)]
-    BadQuery(#[from] QueryError),
-    #[error("job {0:?} has not completed its first sync with the apiserver yet")]
-    NotSynced(String),
-}
-
-impl ApiError {
-    fn status(&self) -> StatusCode {
-        match self {
-            ApiError::NotFound(_) => StatusCode::NOT_FOUND,
-            ApiError::BadQuery(_) => StatusCode::BAD_REQUEST,
-            ApiError::NotSynced(_) => StatusCode::SERVICE_UNAVAILABLE,
-        }
-    }
-}
-
-impl IntoResponse for ApiError {
-    fn into_response(self) -> Response {
-        let status = self.status();
-        let body = serde_json::json!({ "error": self.to_string() });
-        let mut res = (status, axum::Json(body)).into_response();
-        if status == StatusCode::SERVICE_UNAVAILABLE {
-            res.headers_mut().insert(
-                axum::http::header::RETRY_AFTER,
-                axum::http::HeaderValue::from_static("1"),
-            );
-        }
-        res
-    }
 }

@@ -12,7 +12,9 @@ use herald_core::istio::{PeerAuthentication, Policies};
 use kube_face::ResId;
 use tokio_util::sync::CancellationToken;
 
-use crate::state::Shared;
+use herald_index::cache::Cache;
+
+use crate::metrics::Metrics;
 
 /// The API group of PeerAuthentication.
 pub const GROUP: &str = "security.istio.io";
@@ -20,6 +22,20 @@ pub const GROUP: &str = "security.istio.io";
 pub const PLURAL: &str = "peerauthentications";
 /// The versions tried, newest first: `v1` since Istio 1.22, `v1beta1` before.
 pub const VERSIONS: [&str; 2] = ["v1", "v1beta1"];
+
+/// Istio's workload certificates where its documented Prometheus setup mounts them
+/// (`istio.certs_dir`), the server name not verified (the certificate names a SPIFFE identity).
+pub fn tls_files(cfg: &herald_core::IstioConfig) -> herald_core::monitor::TlsFiles {
+    let certs = cfg.certs_dir.trim_end_matches('/');
+    let file = |f: &str| Some(format!("{certs}/{f}"));
+    herald_core::monitor::TlsFiles {
+        insecure_skip_verify: Some(true),
+        ca_file: file("root-cert.pem"),
+        cert_file: file("cert-chain.pem"),
+        key_file: file("key.pem"),
+        ..Default::default()
+    }
+}
 
 /// The PeerAuthentications as last read.
 #[derive(Debug, Default)]
@@ -32,7 +48,7 @@ pub struct PolicySet {
     pub problems: Vec<String>,
 }
 
-/// The Istio state on `Shared`.
+/// The Istio state: the policies as last read, and whether they are complete.
 #[derive(Debug, Default)]
 pub struct IstioState {
     /// Set when some job has `istio:`.
@@ -62,16 +78,16 @@ impl IstioState {
 }
 
 /// The cached PeerAuthentication resource, if herald caches it.
-pub fn resource(shared: &Shared) -> Option<ResId> {
-    shared.cache.ids().find(|r| {
-        let res = &shared.cache.get(*r).resource;
+pub fn resource(cache: &Cache) -> Option<ResId> {
+    cache.ids().find(|r| {
+        let res = &cache.get(*r).resource;
         res.plural == PLURAL && res.group == GROUP
     })
 }
 
 /// Every cached PeerAuthentication, decoded; the ones that cannot be are reported.
-fn read(shared: &Shared, r: ResId, root_namespace: &str) -> (Policies, Vec<String>) {
-    let log = shared.cache.read(r);
+fn read(cache: &Cache, r: ResId, root_namespace: &str) -> (Policies, Vec<String>) {
+    let log = cache.read(r);
     let mut all = Vec::new();
     let mut problems = Vec::new();
     for entry in log.values() {
@@ -92,52 +108,168 @@ fn read(shared: &Shared, r: ResId, root_namespace: &str) -> (Policies, Vec<Strin
     (Policies::new(root_namespace, all), problems)
 }
 
-/// Keeps the policies current: read at start and after every change (changes within 100 ms are
-/// taken together); each change bumps the Istio-aware jobs.
-pub async fn run(shared: Arc<Shared>, stop: CancellationToken) {
-    let Some(cfg) = shared.istio.config.clone() else {
+impl IstioState {
+    /// Reads the policies from resource `r` of `cache` again; a new `PolicySet` (the next
+    /// generation) when they changed. Returns whether they did.
+    pub fn refresh(&self, cache: &Cache, r: ResId, metrics: &Metrics) -> bool {
+        let Some(cfg) = &self.config else {
+            return false;
+        };
+        let (policies, problems) = read(cache, r, &cfg.root_namespace);
+        let old = self.current();
+        if old.policies == policies && old.problems == problems {
+            return false;
+        }
+        if !problems.is_empty() {
+            tracing::warn!(?problems, "some PeerAuthentications are not read");
+        }
+        tracing::info!(
+            peer_authentications = policies.len(),
+            "Istio policies updated"
+        );
+        metrics.istio_policies.set(policies.len() as i64);
+        metrics.istio_policy_problems.set(problems.len() as i64);
+        *self.current.write().expect("policies lock poisoned") = Arc::new(PolicySet {
+            generation: old.generation + 1,
+            policies,
+            problems,
+        });
+        true
+    }
+}
+
+/// Keeps `istio`'s policies current: read from `cache` at start and after every change (changes
+/// within 100 ms are taken together); each change calls `changed` (which bumps the Istio-aware
+/// jobs).
+pub async fn run(
+    istio: &IstioState,
+    cache: &Cache,
+    metrics: &Metrics,
+    changed: &(dyn Fn() + Sync),
+    stop: CancellationToken,
+) {
+    if istio.config.is_none() {
+        return;
+    }
+    let Some(r) = resource(cache) else {
         return;
     };
-    let Some(r) = resource(&shared) else {
-        return;
-    };
-    let mut changes = shared.cache.subscribe(r);
+    let mut changes = cache.subscribe(r);
     loop {
-        let listed = shared.cache.get(r).status.synced.load(Ordering::Acquire);
-        let (policies, problems) = read(&shared, r, &cfg.root_namespace);
-        let old = shared.istio.current();
-        if old.policies != policies || old.problems != problems {
-            if !problems.is_empty() {
-                tracing::warn!(?problems, "some PeerAuthentications are not read");
-            }
-            tracing::info!(
-                peer_authentications = policies.len(),
-                "Istio policies updated"
-            );
-            shared.metrics.istio_policies.set(policies.len() as i64);
-            shared
-                .metrics
-                .istio_policy_problems
-                .set(problems.len() as i64);
-            *shared
-                .istio
-                .current
-                .write()
-                .expect("policies lock poisoned") = Arc::new(PolicySet {
-                generation: old.generation + 1,
-                policies,
-                problems,
-            });
-            shared.touch_istio_jobs();
+        let listed = cache.get(r).status.synced.load(Ordering::Acquire);
+        if istio.refresh(cache, r, metrics) {
+            changed();
         }
         if listed {
-            shared.istio.built.store(true, Ordering::Release);
+            istio.built.store(true, Ordering::Release);
         }
         let quiet = Duration::from_millis(100);
-        if !crate::monitors::next_change(&stop, std::slice::from_mut(&mut changes), listed, quiet)
+        if !crate::changes::next_change(&stop, std::slice::from_mut(&mut changes), listed, quiet)
             .await
         {
             return;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::AtomicUsize;
+
+    use herald_index::cache::{Change, Ingested};
+    use kube_face::{Entry, Resource};
+
+    use super::*;
+
+    fn mk_cache() -> Cache {
+        let pa = Resource::custom(GROUP, "v1", PLURAL, "PeerAuthentication", true);
+        Cache::new(vec![pa], 10, true)
+    }
+
+    fn mk_policy(namespace: &str, name: &str, mode: &str, rv: u64) -> Arc<Entry> {
+        let json = serde_json::json!({
+            "apiVersion": "security.istio.io/v1", "kind": "PeerAuthentication",
+            "metadata": {"namespace": namespace, "name": name, "resourceVersion": rv.to_string()},
+            "spec": {"mtls": {"mode": mode}},
+        });
+        crate::fixtures::mk_entry(namespace, name, rv, &json)
+    }
+
+    #[test]
+    fn policies_are_read_from_the_cache_and_each_change_is_the_next_generation() {
+        let cache = mk_cache();
+        let istio = IstioState::new(Some(IstioConfig::default()));
+        let metrics = Metrics::default();
+        assert!(!istio.ready(), "not ready before a complete list");
+        cache.swap(0, 5, vec![mk_policy("prod", "strict", "STRICT", 5)], &[]);
+        assert!(istio.refresh(&cache, 0, &metrics));
+        let set = istio.current();
+        assert_eq!((set.generation, set.policies.len()), (1, 1));
+        assert!(set.problems.is_empty(), "{:?}", set.problems);
+        assert!(
+            !istio.refresh(&cache, 0, &metrics),
+            "nothing changed: no new generation"
+        );
+        assert_eq!(istio.current().generation, 1);
+
+        // A policy Istio would refuse is left out and named.
+        let bad = mk_policy("prod", "bad", "SOMETIMES", 6);
+        let change = Change::Upsert(Ingested {
+            entry: bad,
+            slim: None,
+        });
+        cache.apply(0, vec![change]);
+        assert!(istio.refresh(&cache, 0, &metrics));
+        let set = istio.current();
+        assert_eq!((set.generation, set.policies.len()), (2, 1));
+        assert!(
+            set.problems.len() == 1 && set.problems[0].contains("prod/bad"),
+            "{:?}",
+            set.problems
+        );
+    }
+
+    #[test]
+    fn without_istio_nothing_is_read_and_it_is_ready() {
+        let cache = mk_cache();
+        let istio = IstioState::new(None);
+        cache.swap(0, 5, vec![mk_policy("prod", "strict", "STRICT", 5)], &[]);
+        assert!(istio.ready());
+        assert!(!istio.refresh(&cache, 0, &Metrics::default()));
+        assert_eq!(istio.current().generation, 0);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_task_is_ready_once_listed_and_calls_back_once_per_change() {
+        let cache = mk_cache();
+        let istio = IstioState::new(Some(IstioConfig::default()));
+        let metrics = Metrics::default();
+        let calls = AtomicUsize::new(0);
+        let changed = || {
+            calls.fetch_add(1, Ordering::SeqCst);
+        };
+        let stop = CancellationToken::new();
+        let drive = async {
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            assert!(!istio.ready(), "not listed yet");
+            assert_eq!(
+                calls.load(Ordering::SeqCst),
+                1,
+                "the first read is a change"
+            );
+            cache.swap(0, 5, vec![mk_policy("prod", "strict", "STRICT", 5)], &[]);
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            assert!(istio.ready());
+            assert_eq!(calls.load(Ordering::SeqCst), 2);
+            cache.swap(0, 6, vec![mk_policy("prod", "strict", "STRICT", 5)], &[]);
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            assert_eq!(
+                calls.load(Ordering::SeqCst),
+                2,
+                "the same policies: no call"
+            );
+            stop.cancel();
+        };
+        tokio::join!(run(&istio, &cache, &metrics, &changed, stop.clone()), drive);
     }
 }

@@ -146,8 +146,8 @@ pub struct Metrics {
     pub monitor_problems: Family<ServedLabels, Gauge>,
     pub istio_policies: Gauge,
     pub istio_policy_problems: Gauge,
-    /// The body store's (`bodies::BodyStore`).
-    pub bodies: crate::bodies::BodyMetrics,
+    /// The body store's (`body_store::BodyStore`).
+    pub bodies: herald_index::body_store::BodyMetrics,
     pub sd_response: SdResponseSeconds,
     /// Set at each scrape from the status (`admin::metrics`), so `/metrics`, `/readyz` and the
     /// status page never disagree.

@@ -10,9 +10,9 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use crate::auth::{AuthError, Security, TokenError};
-use crate::filter::{FilterError, JobSpec};
-use crate::state::{KubeApiOptions, Shared};
+use crate::shared::{KubeApiOptions, Shared};
 use crate::upstream::{self, InitialList, UpstreamError};
+use herald_index::filter::{FilterError, JobSpec};
 
 /// The User-Agent herald sends upstream (kube-sim's meter and the apiserver's audit log key on it).
 pub const USER_AGENT: &str = concat!("herald/", env!("CARGO_PKG_VERSION"));
@@ -35,9 +35,9 @@ pub struct ServeOptions {
     pub security: Security,
     /// Upstream objects larger than this are refused and counted; their last good version stays.
     pub max_object_bytes: usize,
-    /// The most the HTTP SD bodies kept between requests may hold (`bodies::BodyStore`).
+    /// The most the HTTP SD bodies kept between requests may hold (`body_store::BodyStore`).
     pub body_budget_bytes: usize,
-    /// The most the hot bodies' expanded blocks may hold (`hot::HotBodies`); 0 keeps none.
+    /// The most the hot bodies' expanded blocks may hold (`hot_bodies::HotBodies`); 0 keeps none.
     pub hot_body_bytes: usize,
     /// prometheus-operator monitors served as jobs; the specs must include their base jobs
     /// (`job_specs` adds them).
@@ -58,9 +58,9 @@ impl Default for ServeOptions {
             user_agent: USER_AGENT.to_string(),
             kube: None,
             security: Security::default(),
-            max_object_bytes: crate::frames::DEFAULT_MAX_OBJECT_BYTES,
-            body_budget_bytes: crate::bodies::DEFAULT_BUDGET_BYTES,
-            hot_body_bytes: crate::hot::DEFAULT_HOT_BYTES,
+            max_object_bytes: crate::watch_lines::DEFAULT_MAX_OBJECT_BYTES,
+            body_budget_bytes: herald_index::body_store::DEFAULT_BUDGET_BYTES,
+            hot_body_bytes: herald_index::hot_bodies::DEFAULT_HOT_BYTES,
             monitors: None,
             istio: herald_core::IstioConfig::default(),
             target_allocator: None,
@@ -68,8 +68,7 @@ impl Default for ServeOptions {
     }
 }
 
-/// A custom resource by (group, version, resource).
-pub type CustomRef = (String, String, String);
+pub use crate::kube_api::CustomRef;
 
 /// Where and how to serve the Kubernetes API face.
 #[derive(Debug, Clone)]
@@ -477,7 +476,7 @@ impl Herald {
             }
             // A Prometheus object's namespace selectors match namespaces by their labels.
             if m.prometheus.is_some() {
-                monitor_resources.push(crate::cluster::WatchKind::Namespace.resource());
+                monitor_resources.push(herald_index::WatchKind::Namespace.resource());
             }
         }
         if specs.iter().any(|s| s.istio.is_some())
@@ -527,8 +526,12 @@ impl Herald {
             let at = local_addr(&kube_listener, k.listen)?;
             kube_addr = Some(at);
             let security = k.security();
+            let face = shared
+                .kube_api
+                .clone()
+                .expect("the face is built when its options are given");
             let app = crate::auth::guard(
-                crate::kube_api::router(shared.clone()),
+                crate::kube_api::router(face),
                 &security,
                 shared.metrics.kube_auth_refused.clone(),
                 crate::kube_api::refuse,
@@ -551,21 +554,24 @@ impl Herald {
             tracing::info!(addr = %at, auth = security.authenticates(), tls = k.tls.is_some(), "serving the Kubernetes API");
         }
 
-        tasks.push(tokio::spawn(crate::hot::sweep(
-            shared.clone(),
-            shutdown.clone(),
-        )));
+        let (swept, stop) = (shared.clone(), shutdown.clone());
+        tasks.push(tokio::spawn(async move {
+            herald_index::hot_bodies::sweep(swept.bodies.hot(), stop).await;
+        }));
         if shared.monitors.config.is_some() {
-            tasks.push(tokio::spawn(crate::monitors::run(
-                shared.clone(),
-                shutdown.clone(),
-            )));
+            let (s, stop) = (shared.clone(), shutdown.clone());
+            tasks.push(tokio::spawn(async move {
+                let base_job = |name: &str| s.job(name);
+                crate::monitors::feed::run(&s.monitors, &s.cache, &s.metrics, &base_job, stop)
+                    .await;
+            }));
         }
         if shared.istio.config.is_some() {
-            tasks.push(tokio::spawn(crate::istio::run(
-                shared.clone(),
-                shutdown.clone(),
-            )));
+            let (s, stop) = (shared.clone(), shutdown.clone());
+            tasks.push(tokio::spawn(async move {
+                let changed = || s.touch_istio_jobs();
+                crate::istio::run(&s.istio, &s.cache, &s.metrics, &changed, stop).await;
+            }));
         }
         let allocator = options
             .target_allocator

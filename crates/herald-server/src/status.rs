@@ -3,7 +3,7 @@
 //! they would cost directly, and recent warnings. `/status.json` serialises it and the page at `/`
 //! is rendered from it (`http::status`), so the two never disagree.
 
-mod consumers;
+pub mod consumers;
 mod recent;
 
 use std::sync::atomic::Ordering;
@@ -11,7 +11,7 @@ use std::sync::atomic::Ordering;
 use serde::Serialize;
 
 use crate::metrics::Metrics;
-use crate::state::Shared;
+use crate::shared::Shared;
 
 pub use consumers::{CONSUMER_WINDOW, Consumers};
 pub use recent::{RECENT_CAPACITY, RecentWarning, RecentWarnings, recent_warnings};
@@ -222,7 +222,7 @@ impl ConsumerStatus {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::filter::JobSpec;
+    use herald_index::filter::JobSpec;
 
     #[test]
     fn the_status_lists_jobs_kinds_and_counts_consumers_once_per_address_job_and_shard() {
@@ -242,7 +242,7 @@ mod tests {
         shared.consumers.record(
             Some(ip),
             1,
-            Some(crate::snapshot::Shard { index: 1, count: 4 }),
+            Some(herald_index::encoded::Shard { index: 1, count: 4 }),
         );
         let s = Status::collect(&shared);
         assert_eq!(

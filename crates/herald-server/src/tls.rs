@@ -2,7 +2,7 @@
 //! file changes so a rotated certificate (cert-manager, a mounted Secret) takes effect without a
 //! restart, optionally client certificates verified against a CA file (mTLS; also re-read), and an
 //! accept loop that serves an axum router over it, marking requests whose client certificate
-//! verified (`auth::VerifiedClient`).
+//! verified (`VerifiedClient`, which `auth` reads).
 //!
 //! NB: client-go sends bearer tokens only over TLS, so the Kubernetes API face needs TLS for its
 //! tokens to reach it from kubectl or any informer.
@@ -19,6 +19,11 @@ use rustls_pki_types::{CertificateDer, PrivateKeyDer};
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 use tower::ServiceExt as _;
+
+/// Marks a request that came over a TLS connection whose client certificate the client CA verified
+/// (set by `serve`; never by anything a client sends).
+#[derive(Debug, Clone, Copy)]
+pub struct VerifiedClient;
 
 /// Why a certificate or key could not be used.
 #[derive(Debug, thiserror::Error)]
@@ -243,7 +248,7 @@ pub async fn serve(
                     r.extensions_mut()
                         .insert(axum::extract::connect_info::ConnectInfo(peer));
                     if verified {
-                        r.extensions_mut().insert(crate::auth::VerifiedClient);
+                        r.extensions_mut().insert(VerifiedClient);
                     }
                     r
                 },

@@ -22,10 +22,10 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
-use crate::cache::{Change, Ingested};
-use crate::cluster::{Projection, WatchKind};
 use crate::metrics::{EventLabels, Metrics};
-use crate::state::Shared;
+use crate::shared::Shared;
+use herald_index::cache::{Change, Ingested};
+use herald_index::{Projection, WatchKind};
 
 pub mod transport;
 pub use transport::{Compression, Upstream};
@@ -247,7 +247,7 @@ struct Feed {
     /// The bases the face's JSON of this resource is compressed against (`kube_face::siblings`).
     siblings: Siblings,
     /// The bases the own bytes of this resource's slim projections are compressed against
-    /// (`segments::Slim`). NB: a member starts a new base only past 3/4 of its size: most of a
+    /// (`slim::Slim`). NB: a member starts a new base only past 3/4 of its size: most of a
     /// projection is its own names, uids and addresses, so members keep ~0.45 of it, not the face's
     /// quarter.
     slim_siblings: Siblings,
@@ -498,7 +498,7 @@ impl Feed {
             let mut url = format!("{}?limit={PAGE_SIZE}", self.path());
             if let Some(t) = &token {
                 url.push_str("&continue=");
-                url.push_str(&encode_query(t));
+                url.push_str(&crate::escape::query(t));
             }
             self.shared
                 .metrics
@@ -593,7 +593,7 @@ impl Feed {
         let mut rv = from;
         let mut initial: Option<Listing> = from.is_none().then(Listing::default);
         let mut line = Vec::new();
-        let mut reader = crate::frames::LineReader::new(self.shared.max_object_bytes());
+        let mut reader = crate::watch_lines::LineReader::new(self.shared.max_object_bytes());
         let idle = Duration::from_secs(timeout + 60);
         // Events already received are applied together when the stream has nothing more ready.
         let mut pending: Vec<Change> = Vec::new();
@@ -615,12 +615,12 @@ impl Feed {
                 }
             };
             let n = match read {
-                Ok(Ok(crate::frames::Frame::Line(n))) => {
+                Ok(Ok(crate::watch_lines::Frame::Line(n))) => {
                     self.received(n);
                     n
                 }
-                Ok(Ok(crate::frames::Frame::End)) => 0,
-                Ok(Ok(crate::frames::Frame::Oversized(bytes))) => {
+                Ok(Ok(crate::watch_lines::Frame::End)) => 0,
+                Ok(Ok(crate::watch_lines::Frame::Oversized(bytes))) => {
                     self.received(bytes);
                     self.oversized(bytes);
                     continue;
@@ -851,19 +851,6 @@ impl Listing {
         self.settle(feed).await?;
         Ok((self.entries, self.keep))
     }
-}
-
-/// Percent-encodes a query value or path segment (RFC 3986 unreserved characters stay; continue
-/// tokens are opaque and may hold any character).
-pub(crate) fn encode_query(v: &str) -> String {
-    v.bytes()
-        .map(|b| match b {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
-                (b as char).to_string()
-            }
-            _ => format!("%{b:02X}"),
-        })
-        .collect()
 }
 
 #[cfg(test)]
@@ -1110,7 +1097,7 @@ mod tests {
         let cfg = herald_core::parse_config("jobs:\n- name: pods\n  role: pod\n").expect("valid");
         let shared = Shared::with_kube_api(
             crate::serve::job_specs(&cfg, None).expect("valid"),
-            crate::state::KubeApiOptions::default(),
+            crate::shared::KubeApiOptions::default(),
         );
         let client = client(kube::Config::new(url.parse().expect("url")), "test").expect("client");
         let stop = CancellationToken::new();

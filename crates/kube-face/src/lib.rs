@@ -5,7 +5,7 @@
 //!
 //! Layers: `resource` (what is served), `log` (one resource's objects and bounded event history,
 //! with apiserver list/watch resourceVersion semantics), `request` (paths and query parameters),
-//! `packed` (compact labels and field values), `shard` (KEP-5866 shardSelector), `proto` (the protobuf wire format), `status` (metav1.Status errors), `discovery`/`openapi`/`table` (documents), `serve` (the HTTP
+//! `packed` (compact JSON and protobuf), `selectable` (compact labels and field values), `shard` (KEP-5866 shardSelector), `proto` (the protobuf wire format), `status` (metav1.Status errors), `discovery`/`openapi`/`table` (documents), `serve` (the HTTP
 //! handler), `watch` (one watch stream), `scan` (byte-level helpers for raw upstream JSON).
 
 pub mod backend;
@@ -18,6 +18,7 @@ pub mod recent;
 pub mod request;
 pub mod resource;
 pub mod scan;
+pub mod selectable;
 pub mod serve;
 pub mod shard;
 pub mod siblings;

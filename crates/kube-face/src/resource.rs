@@ -267,7 +267,7 @@ impl Resource {
     /// with only its resourceVersion and annotations set (k8s.io/apiserver pkg/storage/cacher
     /// `cacheWatcher`'s bookmark, `newFunc()` converted to the served version and encoded by Go's JSON).
     /// A built-in kind's empty object keeps its non-omitempty fields (a Pod's `"spec":{"containers":
-    /// null},"status":{}`); see [`bookmark_extras`]. A custom resource's is unstructured: kind,
+    /// null},"status":{}`); see `bookmark_extras`. A custom resource's is unstructured: kind,
     /// apiVersion and metadata only.
     pub fn bookmark_object(&self, rv: u64, initial_end: bool) -> String {
         let (annotation, fields) = bookmark_extras(&self.group, &self.kind);

@@ -8,7 +8,7 @@ use http_body_util::BodyExt as _;
 use rustls_pki_types::pem::PemObject as _;
 use rustls_pki_types::{CertificateDer, ServerName};
 
-use crate::upstream::encode_query;
+use crate::escape::query as encode_query;
 
 /// Why `herald explain` has no answer to show.
 #[derive(Debug, thiserror::Error)]

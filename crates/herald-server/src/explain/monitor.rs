@@ -7,47 +7,15 @@ use std::collections::BTreeSet;
 
 use herald_core::monitor::{self, RuleNote};
 use herald_core::{JobRelabel, LabelSet};
-use serde::Serialize;
 
-use super::{ExplainError, Explanation, JobAnswer, MAX_LISTED, Query, Subject};
-use crate::state::Shared;
+use crate::explain::answer::{
+    EndpointAnswer, ExplainError, Explanation, JobAnswer, MAX_LISTED, MonitorAnswer, NearMiss,
+    Query, Subject,
+};
+use crate::explain::jobs::{How, job_answers};
+use crate::shared::Shared;
 
-/// What a monitor gives.
-#[derive(Debug, Clone, Serialize)]
-pub struct MonitorAnswer {
-    /// Objects its selectors pick (`namespace/name`), over all its jobs.
-    pub selected: Vec<String>,
-    /// Per endpoint (one job each): its port and the targets it serves.
-    pub endpoints: Vec<EndpointAnswer>,
-    /// Objects that fail exactly one requirement of its selector.
-    pub nearly: Vec<NearMiss>,
-    /// What herald cannot express of it (`unsupported`), and what it warned about.
-    pub unsupported: Vec<String>,
-    pub warnings: Vec<String>,
-    /// Why it is not served, if it is not.
-    pub problems: Vec<String>,
-}
-
-#[derive(Debug, Clone, Serialize)]
-pub struct EndpointAnswer {
-    pub job: String,
-    /// The endpoint's port (name or number), if it names one.
-    pub port: Option<String>,
-    pub targets: usize,
-    /// Targets in the `/istio-mtls` companion.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub mtls_targets: Option<usize>,
-}
-
-#[derive(Debug, Clone, Serialize)]
-pub struct NearMiss {
-    pub object: String,
-    pub requirement: String,
-    /// The labels the requirement reads, as discovery names them.
-    pub labels: LabelSet,
-}
-
-pub(super) fn explain_monitor(
+pub(crate) fn explain_monitor(
     shared: &Shared,
     q: &Query,
     answer: &mut Explanation,
@@ -56,7 +24,7 @@ pub(super) fn explain_monitor(
         Subject::ServiceMonitor => ("ServiceMonitor", "servicemonitors", "serviceMonitor"),
         _ => ("PodMonitor", "podmonitors", "podMonitor"),
     };
-    let Some(r) = crate::monitors::resource(shared, plural) else {
+    let Some(r) = crate::monitors::feed::resource(&shared.cache, plural) else {
         return Err(ExplainError::NotFound(format!(
             "herald holds no {kind}s: no monitors: section selects them"
         )));
@@ -116,7 +84,7 @@ pub(super) fn explain_monitor(
         let select = JobRelabel::new(view.job.relabel_configs[..end].to_vec(), true)
             .expect("a prefix of the job's validated rules")
             .with_defaults(monitor::scrape_defaults(&view.job));
-        let how = super::How {
+        let how = How {
             relabel: Some(&view.relabel),
             istio: view.istio.as_ref().map(|j| (j, &policies.policies)),
             monitor: Some(&view.job),
@@ -148,7 +116,7 @@ pub(super) fn explain_monitor(
             if !picked && let Some(n) = near {
                 nearly.entry(n.object.clone()).or_insert(n);
             }
-            let answers = super::job_answers(
+            let answers = job_answers(
                 name,
                 "monitor",
                 view.job.role,

@@ -36,7 +36,7 @@ fn shards(v: &Value) -> String {
 
 /// A reason's one-line summary, from its JSON form (`Reason::summary` on the server side).
 pub fn reason_line(r: &Value) -> String {
-    match serde_json::from_value::<super::Reason>(r.clone()) {
+    match serde_json::from_value::<crate::explain::answer::Reason>(r.clone()) {
         Ok(reason) => reason.summary(),
         Err(_) => r.to_string(),
     }
@@ -153,7 +153,7 @@ fn none_or(v: &[String]) -> String {
 
 /// The explanation `e` as an HTML fragment (every value escaped).
 pub fn html(e: &Value) -> String {
-    let esc = crate::http::status::esc;
+    let esc = crate::escape::html;
     let mut h = String::new();
     let ns = s(&e["namespace"]);
     let _ = write!(

@@ -7,7 +7,7 @@ use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 
 use crate::metrics::Metrics;
-use crate::state::Shared;
+use crate::shared::Shared;
 
 pub async fn healthz() -> &'static str {
     "ok\n"

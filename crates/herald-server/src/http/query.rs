@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use crate::snapshot::Shard;
+use herald_index::encoded::Shard;
 
 /// Shard counts above this are refused: no fleet is that large, and each (shard, count) pair is a
 /// cached body.

@@ -15,13 +15,15 @@ use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use tokio::time::Instant;
 
-use super::ApiError;
-use super::query::SdQuery;
+use crate::http::error::ApiError;
+use crate::http::query::SdQuery;
 use herald_core::istio::Part;
 
+use crate::catalog::{self, Served};
 use crate::metrics::{CodeLabels, EncodingLabels};
-use crate::snapshot::{Encoded, Sending, Shard};
-use crate::state::{BodyKey, Shared};
+use crate::shared::{BodyKey, Shared};
+use herald_index::encoded::{Encoded, Shard};
+use herald_index::sending::Sending;
 
 /// Prometheus's http_sd sends its refresh interval in this header
 /// (prometheus/prometheus: discovery/http/http.go).
@@ -56,7 +58,7 @@ fn job_list(shared: &Shared) -> serde_json::Value {
             if h.relabel.is_some() || h.istio.is_some() {
                 // `targets` counts what discovery found; relabeling and Istio placement decide
                 // what is served (null until a whole body is built at this generation).
-                entry["served_targets"] = shared.served_targets(j).into();
+                entry["served_targets"] = catalog::served_targets(shared, &Served::Job(j)).into();
             }
             if let Some((istio, part)) = &h.istio {
                 entry["istio"] = serde_json::json!({
@@ -84,7 +86,7 @@ fn job_list(shared: &Shared) -> serde_json::Value {
             "stale": shared.job_stale(v.base),
             "unsupported": v.job.unsupported,
             "warnings": shared.view_warnings(v),
-            "served_targets": shared.view_served_targets(v, Part::Plain),
+            "served_targets": catalog::served_targets(shared, &Served::View(v.clone(), Part::Plain)),
         });
         let Some(companion) = v.companion() else {
             jobs.push(entry);
@@ -95,7 +97,8 @@ fn job_list(shared: &Shared) -> serde_json::Value {
         mtls["job"] = companion.clone().into();
         mtls["url"] = format!("/sd/v1/{companion}").into();
         mtls["istio"]["body"] = "mtls".into();
-        mtls["served_targets"] = shared.view_served_targets(v, Part::Mtls).into();
+        mtls["served_targets"] =
+            catalog::served_targets(shared, &Served::View(v.clone(), Part::Mtls)).into();
         jobs.push(entry);
         jobs.push(mtls);
     }
@@ -222,7 +225,7 @@ pub async fn scrape_configs(
             let mut job = v.job.clone();
             job.name = companion;
             job.scrape.scheme = Some("https".into());
-            job.scrape.tls_config = Some(istio_tls_files(cfg));
+            job.scrape.tls_config = Some(crate::istio::tls_files(cfg));
             let url = format!("{base}/sd/v1/{}{shard}", job.name);
             out.push_str(&herald_core::monitor::scrape_config_yaml_with(
                 &job, &url, &client,
@@ -251,7 +254,7 @@ fn istio_scrape_configs(
     let Some(cfg) = &shared.istio.config else {
         return String::new();
     };
-    let tls = istio_tls_files(cfg);
+    let tls = crate::istio::tls_files(cfg);
     let mut out = String::new();
     for h in shared.jobs().iter().filter(|h| h.istio.is_some()) {
         let name = serde_json::to_string(&h.name).expect("a string serializes");
@@ -275,20 +278,6 @@ fn istio_scrape_configs(
         ));
     }
     out
-}
-
-/// Istio's workload certificates where its documented Prometheus setup mounts them
-/// (`istio.certs_dir`), the server name not verified (the certificate names a SPIFFE identity).
-pub(crate) fn istio_tls_files(cfg: &herald_core::IstioConfig) -> herald_core::monitor::TlsFiles {
-    let certs = cfg.certs_dir.trim_end_matches('/');
-    let file = |f: &str| Some(format!("{certs}/{f}"));
-    herald_core::monitor::TlsFiles {
-        insecure_skip_verify: Some(true),
-        ca_file: file("root-cert.pem"),
-        cert_file: file("cert-chain.pem"),
-        key_file: file("key.pem"),
-        ..Default::default()
-    }
 }
 
 pub async fn job(
@@ -327,24 +316,11 @@ async fn serve_job(
 ) -> Result<(Response, usize, Option<Shard>), ApiError> {
     let mut started = Instant::now();
     // A configured job, or a monitor job: a view over the base job `j`.
-    let (j, view) = match shared.job(name) {
-        Some(j) => (j, None),
-        None => {
-            let view = shared
-                .monitors
-                .view_part(name)
-                .ok_or_else(|| ApiError::NotFound(format!("unknown job {name:?}")))?;
-            (view.0.base, Some(view))
-        }
-    };
-    let key = |shard| match &view {
-        Some((v, part)) => BodyKey::View(v.job.name.clone(), shard, *part),
-        None => BodyKey::Job(j, shard),
-    };
-    let encode = |shard| match &view {
-        Some((v, part)) => shared.view_encoded(v, shard, *part),
-        None => shared.encoded(j, shard),
-    };
+    let served = catalog::resolve(shared, name)
+        .ok_or_else(|| ApiError::NotFound(format!("unknown job {name:?}")))?;
+    let j = served.job();
+    let key = |shard| served.body_key(shard);
+    let encode = |shard| catalog::body(shared, &served, shard);
     let query = SdQuery::parse(raw)?;
     // Until every kind the job reads has synced, any body would be partial: refuse, and Prometheus
     // keeps its previous targets (a failed refresh is not an empty one).

@@ -15,26 +15,15 @@
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
-use herald_core::monitor::{self, MonitorJob};
-use herald_core::{JobRelabel, LabelSet};
+use herald_core::LabelSet;
 
-use super::View;
-use crate::compact::Group;
-use crate::state::Shared;
-
-/// A port warning (or none) computed for a view at a base job generation.
-pub(super) type Checked = (Arc<View>, u64, Option<String>);
+use crate::monitors::View;
+use crate::monitors::views::MAX_PORT_WARNINGS;
+use crate::shared::Shared;
+use herald_index::groups::Group;
 
 /// At most this many port names are listed in a warning.
 const MAX_LISTED: usize = 12;
-
-/// The rules of `job` before its port rule, keeping `__meta_*` labels; `None` without a port rule.
-pub(super) fn selection(job: &MonitorJob) -> Option<JobRelabel> {
-    let rule = job.port_rule.as_ref()?;
-    let rules = job.relabel_configs.get(..rule.rule)?.to_vec();
-    let select = JobRelabel::new(rules, true).expect("a prefix of the job's validated rules");
-    Some(select.with_defaults(monitor::scrape_defaults(job)))
-}
 
 impl Shared {
     /// What is wrong with monitor job `view` while it is served: the fields its monitor holds that
@@ -61,7 +50,7 @@ impl Shared {
         let cut = self.cut_namespaces(view.base, &view.job.namespaces);
         let warning = check(&cut.groups, view);
         let mut map = self.monitors.port_warnings.lock().expect("lock poisoned");
-        if map.len() >= super::MAX_PORT_WARNINGS {
+        if map.len() >= MAX_PORT_WARNINGS {
             map.clear();
         }
         map.insert(
@@ -73,7 +62,7 @@ impl Shared {
 }
 
 /// The port warning of `view` over `groups` (its namespaces' groups of its base job).
-pub(super) fn check(groups: &[Arc<Group>], view: &View) -> Option<String> {
+pub(crate) fn check(groups: &[Arc<Group>], view: &View) -> Option<String> {
     let select = view.select.as_ref()?;
     let port_rule = view.job.port_rule.as_ref()?;
     let keep = view.job.relabel_configs.get(port_rule.rule)?;
@@ -124,7 +113,10 @@ mod tests {
     use serde_json::{Value, json};
 
     use super::*;
-    use crate::compact::Interner;
+    use crate::monitors::views::selection;
+    use herald_core::JobRelabel;
+    use herald_core::monitor;
+    use herald_index::groups::Interner;
 
     fn labels(pairs: &[(&str, &str)]) -> LabelSet {
         pairs

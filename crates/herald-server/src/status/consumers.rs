@@ -6,7 +6,7 @@ use std::net::IpAddr;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use crate::snapshot::Shard;
+use herald_index::encoded::Shard;
 
 /// How long a consumer counts as current after its last request.
 pub const CONSUMER_WINDOW: Duration = Duration::from_secs(300);

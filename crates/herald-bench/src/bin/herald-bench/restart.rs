@@ -516,7 +516,7 @@ pub async fn run(env: &Env, plan: &Plan) -> anyhow::Result<Value> {
     )
     .sizing();
     // herald runs with its default admission (the bench sets none).
-    let admission = herald_server::state::KubeApiOptions::default();
+    let admission = herald_server::KubeApiOptions::default();
     Ok(json!({
         "cluster": plan.spec.describe(),
         "admission": {"rate": admission.admission_rate, "burst": admission.admission_burst},

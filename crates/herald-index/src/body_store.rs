@@ -13,8 +13,8 @@ use std::time::Instant;
 
 use bytes::Bytes;
 
-use crate::hot::{DEFAULT_HOT_BYTES, Expanded, HotBodies, HotMetrics};
-use crate::snapshot::{Encoded, GzipForm};
+use crate::encoded::{Encoded, Expanded, GzipForm};
+use crate::hot_bodies::{DEFAULT_HOT_BYTES, HotBodies, HotMetrics};
 
 /// The default budget: every shard body of both jobs of the steady-state benchmark (k8s-limits, ten
 /// shards of `pod` and `endpointslice`: 2.2 GB identity, ~190 MB in blocks) with room for one
@@ -38,7 +38,7 @@ pub struct BodyMetrics {
     /// Blocks compressed, and blocks taken over from the previous generation unchanged.
     pub blocks_compressed: Counter,
     pub blocks_taken: Counter,
-    /// The hot bodies' (`hot::HotBodies`).
+    /// The hot bodies' (`hot_bodies::HotBodies`).
     pub hot: HotMetrics,
 }
 
@@ -295,7 +295,7 @@ pub(crate) mod tests {
     use herald_core::{LabelSet, TargetGroup};
 
     use super::*;
-    use crate::compact::{Group, Interner};
+    use crate::groups::{Group, Interner};
 
     /// `n` groups of `targets` targets each, every label distinct (tests of the bodies).
     pub(crate) fn mk_groups(n: usize, targets: usize) -> Vec<Arc<Group>> {

@@ -1,6 +1,6 @@
 //! Encoded snapshots: one job (or one shard of it) at one generation, as HTTP SD JSON held in zstd
 //! blocks (and gzip on ask), with its ETag. Encoded once and shared by every response while
-//! `bodies::BodyStore` keeps it; the next generation takes over its unchanged blocks.
+//! `body_store::BodyStore` keeps it; the next generation takes over its unchanged blocks.
 
 use std::collections::HashMap;
 use std::hash::BuildHasher as _;
@@ -11,11 +11,11 @@ use herald_core::istio::{APP_ANNOTATIONS_LABEL, IstioJob, Part, Policies, Served
 use herald_core::{JobRelabel, LabelSet, hashmod};
 use md5::{Digest, Md5};
 
-use crate::compact::{Group, write_labeled_entry};
+use crate::groups::{Group, write_labeled_entry};
 
 mod blocks;
 
-pub use blocks::{BLOCK_BYTES, Block, Dict, GzipForm, Sending};
+pub use blocks::{BLOCK_BYTES, Block, Dict, Expanded, GzipForm};
 
 /// Shard `index` of `count`, as Prometheus's `hashmod` on `__address__` with modulus `count` followed
 /// by `keep` on `index` (the relabelling prometheus-operator injects for `spec.shards`).
@@ -393,23 +393,8 @@ impl Encoded {
     #[cfg(test)]
     pub fn gzip_bytes(self: &Arc<Self>) -> Vec<u8> {
         let (g, _) = self.gzip();
-        drain(Sending::gzip(self.clone(), g))
+        crate::sending::drain(crate::sending::Sending::gzip(self.clone(), g))
     }
-}
-
-/// Every byte `sending` sends (tests).
-#[cfg(test)]
-pub fn drain(mut sending: Sending) -> Vec<u8> {
-    use http_body::Body as _;
-    let mut out = Vec::new();
-    let waker = std::task::Waker::noop();
-    let mut cx = std::task::Context::from_waker(waker);
-    while let std::task::Poll::Ready(Some(Ok(frame))) =
-        std::pin::Pin::new(&mut sending).poll_frame(&mut cx)
-    {
-        out.extend_from_slice(frame.data_ref().expect("data frames only"));
-    }
-    out
 }
 
 /// A body under construction: the blocks closed so far and the entries of the one being written.
@@ -663,7 +648,7 @@ mod tests {
     use herald_core::{LabelSet, TargetGroup, encode_http_sd, http_sd_entries};
 
     use super::*;
-    use crate::compact::Interner;
+    use crate::groups::Interner;
 
     fn mk_group(source: &str, addrs: &[&str]) -> Arc<Group> {
         Arc::new(Group::of(

@@ -9,12 +9,12 @@ use std::sync::mpsc;
 
 use herald_core::{Role, SharedGroup, TargetGroup};
 
-use crate::cluster::{
-    Cluster, Decoded, Dependency, JobLookup, Object, ObjectKey, StoredObject, WatchKind,
-};
-use crate::compact::{Group, Interner, PodBlocks, Recent};
+use crate::encoded::Groups;
 use crate::filter::JobSpec;
-use crate::snapshot::Groups;
+use crate::groups::{Group, Interner, PodBlocks, Recent};
+use crate::lookup::{Decoded, Dependency, JobLookup};
+use crate::objects::{Object, ObjectKey, WatchKind};
+use crate::stored::{Cluster, StoredObject};
 
 /// Which jobs an index operation changed (by position in the job list).
 pub type Changed = BTreeSet<usize>;
@@ -23,7 +23,7 @@ pub type Changed = BTreeSet<usize>;
 #[derive(Debug, Default)]
 struct JobState {
     /// Groups keyed by their object's key: ordered, so responses list groups in a stable order.
-    /// Kept compact (`compact.rs`): label maps cost several times their JSON, and JSON per target
+    /// Kept compact (`groups.rs`): label maps cost several times their JSON, and JSON per target
     /// repeats every pod's labels.
     groups: BTreeMap<ObjectKey, Arc<Group>>,
     /// What each group was built from besides its own object.
@@ -32,7 +32,7 @@ struct JobState {
     generation: u64,
     targets: usize,
     /// The groups in order at a generation, as `cut` last made them: every shard's body of one
-    /// generation shares the one vector (`snapshot::Groups`).
+    /// generation shares the one vector (`encoded::Groups`).
     cut: std::sync::Mutex<Option<(u64, Groups)>>,
 }
 

@@ -4,8 +4,8 @@ use herald_core::AttachMetadata;
 use serde_json::json;
 
 use super::*;
-use crate::compact::{Group, Interner};
 use crate::filter::JobFilter;
+use crate::groups::{Group, Interner};
 
 fn obj(kind: WatchKind, v: serde_json::Value) -> Object {
     Object::decode(kind, v).expect("fixture decodes")

@@ -10,10 +10,9 @@ use axum::extract::{Query, State};
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{Html, IntoResponse, Response};
 
+use crate::escape::html as esc;
 use crate::explain::{self, ExplainError};
-use crate::state::Shared;
-
-use super::status::esc;
+use crate::shared::Shared;
 
 fn status(e: &ExplainError) -> StatusCode {
     match e {
@@ -125,7 +124,7 @@ pub async fn page(
         "<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\">\
          <link rel=\"icon\" href=\"data:,\"><title>herald explain</title><style>",
     );
-    h.push_str(super::status::STYLE);
+    h.push_str(crate::http::style::STYLE);
     h.push_str("</style></head><body><p><a href=\"/\">status</a></p>");
     h.push_str(&form(&params));
     let code = match answer(shared, params).await {

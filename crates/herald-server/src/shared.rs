@@ -14,13 +14,15 @@ use tokio_util::sync::CancellationToken;
 use kube_face::scan::Wanted;
 use kube_face::{Entry, ResId};
 
-use crate::bodies::BodyStore;
-use crate::cache::{Cache, Change, Ingested, SwapStats};
-use crate::cluster::{ObjectKey, Stored, StoredObject, WatchKind};
-use crate::filter::JobSpec;
-use crate::index::{Changed, Index};
+use crate::kube_api::KubeFace;
+pub use crate::kube_api::{DEFAULT_WATCH_BATCH, KubeApiOptions};
 use crate::metrics::{JobLabels, Metrics};
-use crate::snapshot::{Encoded, Shard};
+use herald_index::body_store::BodyStore;
+use herald_index::cache::{Cache, Change, Ingested, SwapStats};
+use herald_index::encoded::Shard;
+use herald_index::filter::JobSpec;
+use herald_index::index::{Changed, Index};
+use herald_index::{ObjectKey, Stored, StoredObject, WatchKind};
 
 /// Which body the store keeps: a configured job's or a monitor job's (its name, and which of its
 /// Istio parts), whole or one shard.
@@ -73,58 +75,18 @@ pub struct JobHandle {
     groups: AtomicUsize,
 }
 
-/// What the Kubernetes API face caches and how (see `herald_core::KubeApiConfig`).
-#[derive(Debug, Clone)]
-pub struct KubeApiOptions {
-    /// Resources served beyond what the jobs need.
-    pub resources: Vec<kube_face::Resource>,
-    /// Events kept per resource for downstream watch resumption.
-    pub history_window: usize,
-    pub watch: kube_face::WatchSettings,
-    /// New lists (and watches with initial events) admitted per second, and the burst (token
-    /// bucket); a watch from a resourceVersion is not charged (`crate::admission`). The defaults
-    /// (1,000/s, burst 2,000) let 10,000 informers relist after a restart in about 8 s; a node's pod
-    /// list is read from the `spec.nodeName` index, so admission bounds work, not time.
-    pub admission_rate: f64,
-    pub admission_burst: u32,
-}
-
-/// How long a watcher that has just written waits before its next write (`kube_api.watch_batch_ms`),
-/// so that the events arriving meanwhile share one write. Each write to a watcher's connection costs
-/// herald ~15 µs however small (the loopback's whole TCP path on the sender's CPU, measured with
-/// `perf stat` of 1,000 EndpointSlice watchers at 100 events/s), and that was most of herald's CPU
-/// per delivered event: at 50 ms it fell from 1.08 to 0.45 cores for JSON and from 1.15 to 0.43 for
-/// protobuf, p99 delivery 27 → 53 ms (bench/RESULTS.md, "Watch writes batched"; DESIGN-NOTES §13).
-/// A watch that has not written within the window writes its next event at once.
-pub const DEFAULT_WATCH_BATCH: std::time::Duration = std::time::Duration::from_millis(50);
-
-impl Default for KubeApiOptions {
-    fn default() -> Self {
-        KubeApiOptions {
-            resources: vec![],
-            history_window: 10_000,
-            watch: kube_face::WatchSettings {
-                batch_window: DEFAULT_WATCH_BATCH,
-                ..kube_face::WatchSettings::default()
-            },
-            admission_rate: 1000.0,
-            admission_burst: 2000,
-        }
-    }
-}
-
 /// Everything shared between the upstream tasks and the HTTP faces.
 #[derive(Debug)]
 pub struct Shared {
     /// Every upstream object herald holds, per served resource.
-    pub cache: Cache,
+    pub cache: Arc<Cache>,
     /// Set when the Kubernetes API face is on.
-    pub kube_api: Option<crate::kube_api::KubeApi>,
+    pub kube_api: Option<Arc<KubeFace>>,
     index: Mutex<Index>,
     /// What an upstream object's head keeps, per served resource.
     heads: Vec<Wanted>,
     /// The values many objects' slim projections repeat, held once.
-    pub segments: crate::segments::Segments,
+    pub segments: herald_index::slim::Segments,
     jobs: Vec<JobHandle>,
     by_name: HashMap<String, usize>,
     /// The kinds some job needs.
@@ -136,8 +98,8 @@ pub struct Shared {
     /// SD responses sent (200 and 304), for the demo's summary line.
     pub served: AtomicU64,
     /// Recent service discovery consumers, for the status page.
-    pub consumers: crate::status::Consumers,
-    /// Largest upstream object accepted, in bytes (`frames::DEFAULT_MAX_OBJECT_BYTES` unless set).
+    pub consumers: crate::status::consumers::Consumers,
+    /// Largest upstream object accepted, in bytes (`watch_lines::DEFAULT_MAX_OBJECT_BYTES` unless set).
     max_object_bytes: AtomicUsize,
     /// Cancelled when herald shuts down: waiting long-polls answer at once instead of holding it up.
     shutdown: CancellationToken,
@@ -261,7 +223,7 @@ impl Shared {
             }
         }
         let window = kube.as_ref().map_or(1, |k| k.history_window);
-        let cache = Cache::new(resources, window, kube.is_some());
+        let cache = Arc::new(Cache::new(resources, window, kube.is_some()));
         for r in cache.ids() {
             let label = Metrics::kind(&cache.get(r).resource.plural);
             metrics.upstream_stale.get_or_create(&label).set(0);
@@ -298,7 +260,7 @@ impl Shared {
                 }
             })
             .collect();
-        let kube_api = kube.map(|k| crate::kube_api::KubeApi::new(k, &metrics));
+        let kube_api = kube.map(|k| Arc::new(KubeFace::new(cache.clone(), k, &metrics)));
         let registry = metrics.registry();
         Arc::new(Shared {
             cache,
@@ -309,12 +271,15 @@ impl Shared {
             jobs,
             by_name,
             kinds,
-            bodies: BodyStore::new(crate::bodies::DEFAULT_BUDGET_BYTES, metrics.bodies.clone()),
+            bodies: BodyStore::new(
+                herald_index::body_store::DEFAULT_BUDGET_BYTES,
+                metrics.bodies.clone(),
+            ),
             metrics,
             registry,
             served: AtomicU64::new(0),
-            consumers: crate::status::Consumers::default(),
-            max_object_bytes: AtomicUsize::new(crate::frames::DEFAULT_MAX_OBJECT_BYTES),
+            consumers: crate::status::consumers::Consumers::default(),
+            max_object_bytes: AtomicUsize::new(crate::watch_lines::DEFAULT_MAX_OBJECT_BYTES),
             shutdown: CancellationToken::new(),
             monitors: crate::monitors::MonitorState::new(monitors),
             istio: crate::istio::IstioState::new(istio),
@@ -336,12 +301,12 @@ impl Shared {
         self.max_object_bytes.store(bytes.max(1), Ordering::Relaxed);
     }
 
-    /// The most the kept SD bodies may hold (`bodies::BodyStore`); what no longer fits is evicted.
+    /// The most the kept SD bodies may hold (`body_store::BodyStore`); what no longer fits is evicted.
     pub fn set_body_budget(&self, bytes: usize) {
         self.bodies.set_budget(bytes);
     }
 
-    /// The most the hot bodies' expanded blocks may hold (`hot::HotBodies`); 0 keeps none.
+    /// The most the hot bodies' expanded blocks may hold (`hot_bodies::HotBodies`); 0 keeps none.
     pub fn set_hot_body_budget(&self, bytes: usize) {
         self.bodies.hot().set_budget(bytes);
     }
@@ -382,8 +347,13 @@ impl Shared {
         f(&self.index())
     }
 
+    /// Job `j`'s groups at its current generation.
+    pub fn cut(&self, j: usize) -> herald_index::index::JobCut {
+        self.index().cut(j)
+    }
+
     /// Job `j`'s groups of objects in `namespaces` (all when empty), at its current generation.
-    pub fn cut_namespaces(&self, j: usize, namespaces: &[String]) -> crate::index::JobCut {
+    pub fn cut_namespaces(&self, j: usize, namespaces: &[String]) -> herald_index::index::JobCut {
         self.index().cut_namespaces(j, namespaces)
     }
 
@@ -566,60 +536,6 @@ impl Shared {
         self.jobs[j].generation_tx.subscribe()
     }
 
-    /// The encoded body of job `j` (or one shard of it) at its published generation. Cached bodies
-    /// are served without the index lock, so a long relist being applied never delays a response.
-    pub fn encoded(&self, j: usize, shard: Option<Shard>) -> Arc<Encoded> {
-        let generation = *self.jobs[j].generation_tx.borrow();
-        let key = BodyKey::Job(j, shard);
-        self.bodies
-            .get_or_build(&key, BodyVersion::Job(generation), |prev| {
-                let prev = prev.map(|(_, body)| body);
-                let prev = prev.as_deref();
-                // Only a new (job, shard, generation) takes the lock, to cut; encoding runs outside it.
-                let job = &self.jobs[j];
-                let cut = self.index().cut(job.source);
-                let relabel = job.relabel.as_deref();
-                match (&job.istio, relabel) {
-                    (Some((istio, part)), Some(relabel)) => {
-                        // An Istio-aware job and its companion place the same targets: both bodies are
-                        // built in one pass, the other one kept for its first request.
-                        let sibling = match part {
-                            herald_core::istio::Part::Plain => job.companions.first().copied(),
-                            herald_core::istio::Part::Mtls => Some(job.source),
-                        };
-                        let set = self.istio.current();
-                        let how = crate::snapshot::IstioEncoding {
-                            job: istio,
-                            relabel,
-                            policies: &set.policies,
-                            part: *part,
-                            salt: set.generation,
-                        };
-                        let prev_other =
-                            sibling.and_then(|s| self.bodies.latest(&BodyKey::Job(s, shard)));
-                        let prev_other = prev_other.map(|(_, b)| b);
-                        let (own, other) = Encoded::build_istio_pair(
-                            prev,
-                            prev_other.as_deref(),
-                            cut.generation,
-                            &cut.groups,
-                            shard,
-                            &how,
-                        );
-                        if let Some(s) = sibling {
-                            self.bodies.offer(
-                                BodyKey::Job(s, shard),
-                                BodyVersion::Job(generation),
-                                Arc::new(other),
-                            );
-                        }
-                        own
-                    }
-                    _ => Encoded::build_after(prev, cut.generation, &cut.groups, shard, relabel),
-                }
-            })
-    }
-
     /// The PeerAuthentications changed: every Istio-aware job gets a new generation.
     pub fn touch_istio_jobs(&self) {
         // With `monitors.istio`, the base jobs too: a monitor job's body is keyed on its base job's
@@ -649,17 +565,6 @@ impl Shared {
             job.targets.load(Ordering::Acquire),
             job.groups.load(Ordering::Acquire),
         )
-    }
-
-    /// The targets job `j` serves at its published generation, where they are not its discovered
-    /// targets (a job with relabeling or Istio placement): those of its whole body, once a request
-    /// has built it at this generation (bodies are built on request); `None` before.
-    pub fn served_targets(&self, j: usize) -> Option<usize> {
-        let job = &self.jobs[j];
-        let generation = *job.generation_tx.borrow();
-        self.bodies
-            .built(&BodyKey::Job(j, None), &BodyVersion::Job(generation))
-            .map(|b| b.targets)
     }
 
     /// Objects cached per served resource (by plural name).

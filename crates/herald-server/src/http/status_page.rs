@@ -9,7 +9,9 @@ use axum::extract::State;
 use axum::http::{HeaderValue, header};
 use axum::response::{Html, IntoResponse, Response};
 
-use crate::state::Shared;
+use crate::escape::html as esc;
+use crate::http::style::STYLE;
+use crate::shared::Shared;
 use crate::status::Status;
 
 /// Seconds between the page's reloads.
@@ -25,13 +27,6 @@ pub async fn page(State(shared): State<Arc<Shared>>) -> Response {
         .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
     res
 }
-
-pub(crate) const STYLE: &str = "body{font:14px/1.4 system-ui,sans-serif;margin:1.5em;color:#222}\
-h1{font-size:1.4em;margin:0 0 .2em}h2{font-size:1.1em;margin:1.4em 0 .4em}\
-table{border-collapse:collapse}td,th{padding:.2em .8em;border-bottom:1px solid #ddd;text-align:left}\
-td.n{text-align:right;font-variant-numeric:tabular-nums}.ok{color:#176f2c}.stale{color:#b00020}\
-.syncing{color:#a66b00}.dim{color:#777}dl{display:grid;grid-template-columns:max-content auto;gap:.1em 1em}\
-dt{color:#555}dd{margin:0;font-weight:600}";
 
 /// The page for `s`. Every value from the cluster or a client is escaped.
 pub fn render(s: &Status) -> String {
@@ -94,10 +89,7 @@ pub fn render(s: &Status) -> String {
             j.groups,
             j.generation,
             name = esc(&j.name),
-            url = esc(&format!(
-                "/sd/v1/{}",
-                crate::upstream::encode_query(&j.name)
-            )),
+            url = esc(&format!("/sd/v1/{}", crate::escape::query(&j.name))),
         );
     }
     h.push_str("</table>");
@@ -127,7 +119,7 @@ pub fn render(s: &Status) -> String {
         }
     }
     // NB: this page reloads itself; `/explain.html` holds the same form without reloading.
-    h.push_str(&super::explain::form(&Default::default()));
+    h.push_str(&crate::http::explain_page::form(&Default::default()));
     h.push_str(
         "<p class=\"dim\"><a href=\"/explain.html\">the explain page</a> (does not reload)</p>",
     );
@@ -181,22 +173,6 @@ pub fn render(s: &Status) -> String {
          <a href=\"/metrics\">metrics</a></p></body></html>",
     );
     h
-}
-
-/// HTML-escapes text and attribute values.
-pub(crate) fn esc(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    for ch in s.chars() {
-        match ch {
-            '&' => out.push_str("&amp;"),
-            '<' => out.push_str("&lt;"),
-            '>' => out.push_str("&gt;"),
-            '"' => out.push_str("&quot;"),
-            '\'' => out.push_str("&#39;"),
-            c => out.push(c),
-        }
-    }
-    out
 }
 
 /// `HH:MM:SS` UTC of a Unix time.

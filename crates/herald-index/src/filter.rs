@@ -8,7 +8,7 @@ use herald_core::config::Selector;
 use herald_core::{AttachMetadata, Job, JobRelabel, Role};
 use kube_selectors::{FieldSelector, LabelSelector, LabelSet};
 
-use crate::cluster::{Object, WatchKind};
+use crate::objects::{Object, WatchKind};
 
 /// A job herald cannot serve as configured.
 #[derive(Debug, thiserror::Error)]

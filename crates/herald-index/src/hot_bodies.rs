@@ -2,7 +2,7 @@
 //! (gzip) while it stays asked for, in the room the body store's budget leaves beside its compressed
 //! bodies and at most `--hot-body-bytes` (DESIGN-NOTES section 3).
 //!
-//! NB: why by hand. Bodies are held as zstd blocks (`snapshot::blocks`) and an identity response
+//! NB: why by hand. Bodies are held as zstd blocks (`encoded::blocks`) and an identity response
 //! expands them as it goes: ~11 ms of CPU per 25 MB on the 2-core VM, more than writing the bytes
 //! (~9 ms). A body many clients keep asking for (a fleet of unsharded consumers, an HA pair polling
 //! together, a herald tier below) would pay that on every response. What is kept here is each block
@@ -19,7 +19,7 @@ use bytes::Bytes;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::gauge::Gauge;
 
-use crate::snapshot::{Block, Encoded};
+use crate::encoded::{Encoded, Expanded};
 
 /// The default most the hot forms hold: room for a hot shard body at `k8s-limits` scale (one tenth
 /// of a job is 25–110 MB identity), a third of the body store's default budget.
@@ -48,23 +48,6 @@ pub struct HotMetrics {
     /// Responses sent from a hot form: identity from its shared expanded blocks, gzip as its one
     /// joined frame.
     pub responses: Counter,
-}
-
-/// A hot body's blocks, each expanded by the first response that reaches it and shared with every
-/// later one.
-#[derive(Debug)]
-pub struct Expanded {
-    blocks: Box<[OnceLock<Bytes>]>,
-}
-
-impl Expanded {
-    /// Block `i` of the body, expanded (`block` is that block).
-    pub fn block(&self, i: usize, block: &Block) -> Bytes {
-        match self.blocks.get(i) {
-            Some(cell) => cell.get_or_init(|| block.expand()).clone(),
-            None => block.expand(),
-        }
-    }
 }
 
 /// Which form of a body is hot: each is admitted, held and dropped on its own.
@@ -166,9 +149,7 @@ impl HotBodies {
         room: usize,
     ) -> Option<Arc<Expanded>> {
         let kept = self.begin(body, Form::Identity, body.len(), now, room, || {
-            Kept::Identity(Arc::new(Expanded {
-                blocks: body.blocks().iter().map(|_| OnceLock::new()).collect(),
-            }))
+            Kept::Identity(Arc::new(Expanded::new(body.blocks().len())))
         })?;
         match kept {
             Kept::Identity(expanded) => Some(expanded),
@@ -305,14 +286,14 @@ impl HotBodies {
     }
 }
 
-/// Sweeps the hot bodies every `WINDOW` until `stop`, so what was hot is dropped once nobody asks.
-pub async fn sweep(shared: Arc<crate::state::Shared>, stop: tokio_util::sync::CancellationToken) {
+/// Sweeps `hot` every `WINDOW` until `stop`, so what was hot is dropped once nobody asks.
+pub async fn sweep(hot: &HotBodies, stop: tokio_util::sync::CancellationToken) {
     let mut every = tokio::time::interval(WINDOW);
     every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tokio::select! {
             _ = stop.cancelled() => return,
-            _ = every.tick() => shared.bodies.hot().sweep(Instant::now()),
+            _ = every.tick() => hot.sweep(Instant::now()),
         }
     }
 }
@@ -320,8 +301,8 @@ pub async fn sweep(shared: Arc<crate::state::Shared>, stop: tokio_util::sync::Ca
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::bodies::tests::mk_groups;
-    use crate::snapshot::{Sending, drain};
+    use crate::body_store::tests::mk_groups;
+    use crate::sending::{Sending, drain};
 
     /// A body of several blocks.
     fn body(generation: u64) -> Arc<Encoded> {

@@ -5,19 +5,12 @@
 //! own and kept beside its zstd form (DESIGN-NOTES section 3).
 
 use std::cell::RefCell;
-use std::convert::Infallible;
 use std::io::Write as _;
-use std::pin::Pin;
 use std::sync::{Arc, OnceLock};
-use std::task::{Context, Poll};
 
 use bytes::Bytes;
 use flate2::Compression;
 use flate2::write::DeflateEncoder;
-use http_body::{Frame, SizeHint};
-
-use super::Encoded;
-use crate::hot::Expanded;
 
 /// A block is closed after the group that takes it past this many identity bytes. NB: small enough
 /// that expanding one per response frame is quick and a changed group re-compresses little; large
@@ -81,6 +74,30 @@ impl std::fmt::Debug for Dict {
 /// gzip member header (RFC 1952): deflate, no flags, no mtime, no extra flags, OS unknown.
 const GZIP_HEADER: [u8; 10] = [0x1f, 0x8b, 8, 0, 0, 0, 0, 0, 0, 0xff];
 
+/// A hot body's blocks, each expanded by the first response that reaches it and shared with every
+/// later one.
+#[derive(Debug)]
+pub struct Expanded {
+    pub(crate) blocks: Box<[OnceLock<Bytes>]>,
+}
+
+impl Expanded {
+    /// A body of `blocks` blocks, none expanded yet.
+    pub fn new(blocks: usize) -> Expanded {
+        Expanded {
+            blocks: (0..blocks).map(|_| OnceLock::new()).collect(),
+        }
+    }
+
+    /// Block `i` of the body, expanded (`block` is that block).
+    pub fn block(&self, i: usize, block: &Block) -> Bytes {
+        match self.blocks.get(i) {
+            Some(cell) => cell.get_or_init(|| block.expand()).clone(),
+            None => block.expand(),
+        }
+    }
+}
+
 /// One block: whole groups' entries, separated by commas, with a comma before the first one unless
 /// it is the body's first entry.
 #[derive(Debug)]
@@ -97,8 +114,8 @@ pub struct Block {
 /// A block deflated on its own, ending on a byte boundary without the final-block bit (a sync
 /// flush), so deflated blocks concatenate into one deflate stream: the pigz technique.
 #[derive(Debug)]
-struct Deflated {
-    bytes: Bytes,
+pub(crate) struct Deflated {
+    pub(crate) bytes: Bytes,
     crc: u32,
 }
 
@@ -171,7 +188,7 @@ impl Block {
         self.gzip.get().map_or(0, |d| d.bytes.len())
     }
 
-    fn deflated(&self) -> &Deflated {
+    pub(crate) fn deflated(&self) -> &Deflated {
         self.gzip.get_or_init(|| {
             let raw = self.expand();
             let mut crc = crc32fast::Hasher::new();
@@ -239,8 +256,8 @@ fn deflate(raw: &[u8], last: bool) -> Bytes {
 /// final block and the trailer (CRC-32 and length of the identity body).
 #[derive(Debug)]
 pub struct GzipForm {
-    head: Bytes,
-    tail: Bytes,
+    pub(crate) head: Bytes,
+    pub(crate) tail: Bytes,
     len: usize,
 }
 
@@ -291,7 +308,7 @@ impl GzipForm {
         self.head.len() + self.tail.len() + 64
     }
 
-    /// The whole gzip body in one buffer (a hot body's, `hot::HotBodies`), from `blocks`, the
+    /// The whole gzip body in one buffer (a hot body's, `hot_bodies::HotBodies`), from `blocks`, the
     /// blocks this form was made of.
     pub fn whole(&self, blocks: &[Arc<Block>]) -> Bytes {
         let mut out = Vec::with_capacity(self.len);
@@ -302,114 +319,5 @@ impl GzipForm {
         out.extend_from_slice(&self.tail);
         debug_assert_eq!(out.len(), self.len);
         Bytes::from(out)
-    }
-}
-
-/// A response body sent block by block: each block expanded (identity) or its deflated bytes
-/// (gzip) as hyper asks for the next frame, so a response holds one block beyond what is kept.
-#[derive(Debug)]
-pub struct Sending {
-    body: Arc<Encoded>,
-    form: Form,
-    /// 0: the head, 1..=blocks: a block, blocks + 1: the tail, beyond: done (`Form::Whole`: 0, the
-    /// whole response, beyond: done).
-    next: usize,
-    remaining: u64,
-}
-
-/// Which bytes a response sends of its body.
-#[derive(Debug)]
-enum Form {
-    /// Each block expanded: by this response, or (`Some`) once and shared while the body is hot
-    /// (`hot::HotBodies`).
-    Identity(Option<Arc<Expanded>>),
-    /// Each block's deflated form, between the gzip form's head and tail.
-    Gzip(Arc<GzipForm>),
-    /// The whole response in one buffer, sent as the only frame (a hot body's gzip form).
-    Whole(Bytes),
-}
-
-impl Sending {
-    /// `hot`: the body's shared expanded blocks if it is hot (`hot::HotBodies::identity`).
-    pub fn identity(body: Arc<Encoded>, hot: Option<Arc<Expanded>>) -> Sending {
-        Sending {
-            remaining: body.len() as u64,
-            body,
-            form: Form::Identity(hot),
-            next: 0,
-        }
-    }
-
-    pub fn gzip(body: Arc<Encoded>, gzip: Arc<GzipForm>) -> Sending {
-        Sending {
-            remaining: gzip.len() as u64,
-            body,
-            form: Form::Gzip(gzip),
-            next: 0,
-        }
-    }
-
-    /// A hot body's gzip form held whole (`hot::HotBodies::gzip`): sent as one frame, as a static
-    /// server would (its blocks' deflated forms are a few KiB each: hundreds of frames otherwise).
-    pub fn gzip_whole(body: Arc<Encoded>, whole: Bytes) -> Sending {
-        Sending {
-            remaining: whole.len() as u64,
-            body,
-            form: Form::Whole(whole),
-            next: 0,
-        }
-    }
-
-    fn piece(&self, i: usize) -> Option<Bytes> {
-        let blocks = self.body.blocks();
-        match &self.form {
-            Form::Whole(whole) => (i == 0).then(|| whole.clone()),
-            Form::Gzip(g) => match i {
-                0 => Some(g.head.clone()),
-                i if i <= blocks.len() => Some(blocks[i - 1].deflated().bytes.clone()),
-                i => (i == blocks.len() + 1).then(|| g.tail.clone()),
-            },
-            Form::Identity(hot) => match i {
-                0 => Some(Bytes::from_static(b"[")),
-                i if i <= blocks.len() => Some(match hot {
-                    Some(hot) => hot.block(i - 1, &blocks[i - 1]),
-                    None => blocks[i - 1].expand(),
-                }),
-                i => (i == blocks.len() + 1).then(|| Bytes::from_static(b"]")),
-            },
-        }
-    }
-}
-
-impl http_body::Body for Sending {
-    type Data = Bytes;
-    type Error = Infallible;
-
-    fn poll_frame(
-        self: Pin<&mut Self>,
-        _cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
-        let this = self.get_mut();
-        loop {
-            let Some(piece) = this.piece(this.next) else {
-                return Poll::Ready(None);
-            };
-            this.next += 1;
-            if !piece.is_empty() {
-                this.remaining -= piece.len() as u64;
-                return Poll::Ready(Some(Ok(Frame::data(piece))));
-            }
-        }
-    }
-
-    fn is_end_stream(&self) -> bool {
-        match self.form {
-            Form::Whole(_) => self.next > 0,
-            _ => self.next > self.body.blocks().len() + 1,
-        }
-    }
-
-    fn size_hint(&self) -> SizeHint {
-        SizeHint::with_exact(self.remaining)
     }
 }

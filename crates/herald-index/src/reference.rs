@@ -8,8 +8,8 @@ use std::collections::BTreeMap;
 use herald_core::{HttpSdEntry, Lookup, Role, TargetGroup};
 use k8s_openapi::api::core::v1::{Namespace, Node, Pod, Service};
 
-use crate::cluster::{DecodeError, Object, ObjectKey, WatchKind};
 use crate::filter::{JobFilter, JobSpec};
+use crate::objects::{DecodeError, Object, ObjectKey, WatchKind};
 
 /// Why a list could not be read as a reference.
 #[derive(Debug, thiserror::Error)]
@@ -191,7 +191,7 @@ mod tests {
         let r = Reference::from_list(pod_list()).expect("valid list");
         assert_eq!(r.count(WatchKind::Pod), 1);
         let cfg = herald_core::parse_config("jobs:\n- name: p\n  role: pod\n").expect("config");
-        let specs = crate::job_specs(&cfg, None).expect("specs");
+        let specs = [crate::JobSpec::from_job(&cfg.jobs[0], None).expect("spec")];
         let entries = r.entries(&specs[0]);
         assert_eq!(entries.len(), 1);
         assert_eq!(entries[0].target, "127.0.0.5:9100");

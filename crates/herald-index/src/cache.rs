@@ -15,7 +15,8 @@ use kube_face::{Catalog, Entry, Key, ResId, Resource, ResourceLog};
 use tokio::sync::watch;
 use tokio::time::Instant;
 
-use crate::cluster::WatchKind;
+use crate::objects::WatchKind;
+pub use crate::stored::Ingested;
 
 /// How one resource's upstream feed is doing.
 #[derive(Debug, Default)]
@@ -40,15 +41,6 @@ pub struct ResourceCache {
     /// The newest version the state is complete to; every change is signalled on it.
     rv_tx: watch::Sender<u64>,
     pub status: FeedStatus,
-}
-
-/// An upstream object as herald keeps it: its entry (the upstream JSON only when the Kubernetes API
-/// face serves it, see `Cache::keeps_bytes`) and, for kinds discovery reads, its slim projection
-/// (`herald_core::slim`).
-#[derive(Debug, Clone)]
-pub struct Ingested {
-    pub entry: Arc<Entry>,
-    pub slim: Option<crate::cluster::Projection>,
 }
 
 /// One upstream change.
