@@ -22,7 +22,7 @@ use std::time::Duration;
 use herald_server::{Herald, KubeApiOptions, KubeServeOptions, ServeOptions};
 use kube_sim::{Fault, Kind, Sim};
 use peers::cluster::{s, start_sim};
-use peers::golang::{self, ContentType, InformerJudge, JudgeOptions, Report, Stores};
+use peers::golang::{self, ContentType, InformerJudge, JudgeOptions, Report};
 use peers::process::free_loopback_port;
 
 /// How long the judges get to converge after churn stopped and a fault cleared.
@@ -96,54 +96,6 @@ fn sim_state(sim: &Sim) -> BTreeMap<String, BTreeMap<String, String>> {
     out
 }
 
-/// How `got` differs from kube-sim's keys and versions (`want`) and from the reference judge's
-/// hashes, in at most a few lines per kind.
-fn store_problems(
-    who: &str,
-    got: &Stores,
-    want: &BTreeMap<String, BTreeMap<String, String>>,
-    reference: Option<&Stores>,
-) -> Vec<String> {
-    let mut out = Vec::new();
-    for (kind, objs) in want {
-        let Some(have) = got.get(kind) else {
-            out.push(format!("{who}: no store for {kind}"));
-            continue;
-        };
-        let missing: Vec<&String> = objs.keys().filter(|k| !have.contains_key(*k)).collect();
-        let extra: Vec<&String> = have.keys().filter(|k| !objs.contains_key(*k)).collect();
-        let stale: Vec<String> = objs
-            .iter()
-            .filter_map(|(k, rv)| {
-                let h = have.get(k)?;
-                (h.rv != *rv).then(|| format!("{k} at {} (kube-sim {rv})", h.rv))
-            })
-            .collect();
-        let hashes: Vec<&String> = match reference.and_then(|r| r.get(kind)) {
-            Some(r) => have
-                .iter()
-                .filter(|(k, h)| r.get(*k).is_some_and(|x| x.rv == h.rv && x.hash != h.hash))
-                .map(|(k, _)| k)
-                .collect(),
-            None => Vec::new(),
-        };
-        if !(missing.is_empty() && extra.is_empty() && stale.is_empty() && hashes.is_empty()) {
-            out.push(format!(
-                "{who} {kind}: {} missing {:?}, {} extra {:?}, {} at another version {:?}, {} hashing otherwise than the reference {:?}",
-                missing.len(),
-                &missing[..missing.len().min(3)],
-                extra.len(),
-                &extra[..extra.len().min(3)],
-                stale.len(),
-                &stale[..stale.len().min(3)],
-                hashes.len(),
-                &hashes[..hashes.len().min(3)],
-            ));
-        }
-    }
-    out
-}
-
 struct Judged {
     judge: InformerJudge,
     opts: JudgeOptions,
@@ -180,8 +132,9 @@ async fn converge(sim: &Sim, judges: &mut [Judged], after: &str) -> Vec<Report> 
                     j.judge.name, r.watch_list, j.opts.watch_list
                 ));
             }
-            problems.extend(store_problems(
+            problems.extend(golang::store_problems(
                 &j.judge.name,
+                "kube-sim",
                 &r.kinds,
                 &want,
                 reference.as_ref(),

@@ -250,3 +250,52 @@ impl InformerJudge {
         self.peer.log_text()
     }
 }
+
+/// How `got` differs from the server's keys and versions (`want`, read from `server`) and from the
+/// reference judge's hashes, in at most a few lines per kind.
+pub fn store_problems(
+    who: &str,
+    server: &str,
+    got: &Stores,
+    want: &BTreeMap<String, BTreeMap<String, String>>,
+    reference: Option<&Stores>,
+) -> Vec<String> {
+    let mut out = Vec::new();
+    for (kind, objs) in want {
+        let Some(have) = got.get(kind) else {
+            out.push(format!("{who}: no store for {kind}"));
+            continue;
+        };
+        let missing: Vec<&String> = objs.keys().filter(|k| !have.contains_key(*k)).collect();
+        let extra: Vec<&String> = have.keys().filter(|k| !objs.contains_key(*k)).collect();
+        let stale: Vec<String> = objs
+            .iter()
+            .filter_map(|(k, rv)| {
+                let h = have.get(k)?;
+                (h.rv != *rv).then(|| format!("{k} at {} ({server} {rv})", h.rv))
+            })
+            .collect();
+        let hashes: Vec<&String> = match reference.and_then(|r| r.get(kind)) {
+            Some(r) => have
+                .iter()
+                .filter(|(k, h)| r.get(*k).is_some_and(|x| x.rv == h.rv && x.hash != h.hash))
+                .map(|(k, _)| k)
+                .collect(),
+            None => Vec::new(),
+        };
+        if !(missing.is_empty() && extra.is_empty() && stale.is_empty() && hashes.is_empty()) {
+            out.push(format!(
+                "{who} {kind}: {} missing {:?}, {} extra {:?}, {} at another version {:?}, {} hashing otherwise than the reference {:?}",
+                missing.len(),
+                &missing[..missing.len().min(3)],
+                extra.len(),
+                &extra[..extra.len().min(3)],
+                stale.len(),
+                &stale[..stale.len().min(3)],
+                hashes.len(),
+                &hashes[..hashes.len().min(3)],
+            ));
+        }
+    }
+    out
+}
