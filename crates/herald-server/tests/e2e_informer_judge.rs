@@ -154,7 +154,7 @@ async fn converge(sim: &Sim, judges: &mut [Judged], after: &str) -> Vec<Report> 
                 eprintln!(
                     "--- {} log, last 30 lines ---\n{}",
                     j.judge.name,
-                    tail(&j.judge.log_text(), 30)
+                    golang::tail(&j.judge.log_text(), 30)
                 );
             }
             panic!(
@@ -163,34 +163,6 @@ async fn converge(sim: &Sim, judges: &mut [Judged], after: &str) -> Vec<Report> 
             );
         }
         tokio::time::sleep(Duration::from_millis(500)).await;
-    }
-}
-
-fn tail(text: &str, n: usize) -> String {
-    let lines: Vec<&str> = text.lines().collect();
-    lines[lines.len().saturating_sub(n)..].join("\n")
-}
-
-/// The first sync went the way the judge's WatchList setting says: by WatchList without a LIST, or
-/// by LIST+WATCH without a WatchList request.
-fn assert_synced_as_configured(judges: &[Judged], reports: &[Report]) {
-    for (j, r) in judges.iter().zip(reports) {
-        let n = |k: &str| r.requests.get(k).copied().unwrap_or(0);
-        if j.opts.watch_list {
-            assert!(
-                n("watch_list") >= KINDS.len() as u64 && n("list") == 0,
-                "{} synced without WatchList (client-go fell back to LIST+WATCH): requests {:?}",
-                j.judge.name,
-                r.requests
-            );
-        } else {
-            assert!(
-                n("list") >= KINDS.len() as u64 && n("watch_list") == 0,
-                "{} did not sync by LIST+WATCH: requests {:?}",
-                j.judge.name,
-                r.requests
-            );
-        }
     }
 }
 
@@ -317,7 +289,13 @@ async fn informers_through_herald_tiers_keep_kube_sims_state_through_churn_and_f
         judges.push(Judged { judge, opts: o });
     }
     let reports = converge(&sim, &mut judges, "the first sync").await;
-    assert_synced_as_configured(&judges, &reports);
+    golang::assert_synced_as_configured(
+        judges
+            .iter()
+            .map(|j| (j.judge.name.as_str(), j.opts.watch_list)),
+        &reports,
+        KINDS.len(),
+    );
 
     through_every_fault(&sim, &mut judges).await;
     herald2.stop().await;

@@ -453,7 +453,7 @@ async fn converge(
                 eprintln!(
                     "--- {} log, last 30 lines ---\n{}",
                     j.judge.name,
-                    tail(&j.judge.log_text(), 30)
+                    golang::tail(&j.judge.log_text(), 30)
                 );
             }
             for (i, h) in heralds.iter().enumerate() {
@@ -465,34 +465,6 @@ async fn converge(
             );
         }
         tokio::time::sleep(Duration::from_millis(500)).await;
-    }
-}
-
-fn tail(text: &str, n: usize) -> String {
-    let lines: Vec<&str> = text.lines().collect();
-    lines[lines.len().saturating_sub(n)..].join("\n")
-}
-
-/// The first sync went the way the judge's WatchList setting says: by WatchList without a LIST, or
-/// by LIST+WATCH without a WatchList request.
-fn assert_synced_as_configured(judges: &[Judged], reports: &[Report]) {
-    for (j, r) in judges.iter().zip(reports) {
-        let n = |k: &str| r.requests.get(k).copied().unwrap_or(0);
-        if j.opts.watch_list {
-            assert!(
-                n("watch_list") >= KINDS.len() as u64 && n("list") == 0,
-                "{} synced without WatchList (client-go fell back to LIST+WATCH): requests {:?}",
-                j.judge.name,
-                r.requests
-            );
-        } else {
-            assert!(
-                n("list") >= KINDS.len() as u64 && n("watch_list") == 0,
-                "{} did not sync by LIST+WATCH: requests {:?}",
-                j.judge.name,
-                r.requests
-            );
-        }
     }
 }
 
@@ -597,7 +569,13 @@ async fn informers_through_herald_tiers_equal_informers_on_kube_apiserver_throug
     .await;
     let heralds = [&herald1, &herald2];
     let reports = converge(&cp, &heralds, &mut judges, "the first sync").await;
-    assert_synced_as_configured(&judges, &reports);
+    golang::assert_synced_as_configured(
+        judges
+            .iter()
+            .map(|j| (j.judge.name.as_str(), j.opts.watch_list)),
+        &reports,
+        KINDS.len(),
+    );
 
     churn(&cp, &mut ch, 80).await;
     cp.wait_endpointslices(Duration::from_secs(60))
@@ -864,7 +842,13 @@ async fn herald_refused_by_priority_and_fairness_or_without_etcd_serves_its_last
     .await;
     let heralds = [&herald1, &herald2];
     let reports = converge(&cp, &heralds, &mut judges, "the first sync").await;
-    assert_synced_as_configured(&judges, &reports);
+    golang::assert_synced_as_configured(
+        judges
+            .iter()
+            .map(|j| (j.judge.name.as_str(), j.opts.watch_list)),
+        &reports,
+        KINDS.len(),
+    );
     let http = reqwest::Client::builder()
         .no_proxy()
         .build()

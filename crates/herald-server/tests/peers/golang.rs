@@ -299,3 +299,35 @@ pub fn store_problems(
     }
     out
 }
+
+/// The last `n` lines of `text`.
+pub fn tail(text: &str, n: usize) -> String {
+    let lines: Vec<&str> = text.lines().collect();
+    lines[lines.len().saturating_sub(n)..].join("\n")
+}
+
+/// The first sync went the way each judge's WatchList setting says (`(name, watch_list)` per
+/// judge, in the order of `reports`): by WatchList without a LIST, or by LIST+WATCH without a
+/// WatchList request, for each of the `kinds` it watches.
+pub fn assert_synced_as_configured<'a>(
+    judges: impl IntoIterator<Item = (&'a str, bool)>,
+    reports: &[Report],
+    kinds: usize,
+) {
+    for ((name, watch_list), r) in judges.into_iter().zip(reports) {
+        let n = |k: &str| r.requests.get(k).copied().unwrap_or(0);
+        if watch_list {
+            assert!(
+                n("watch_list") >= kinds as u64 && n("list") == 0,
+                "{name} synced without WatchList (client-go fell back to LIST+WATCH): requests {:?}",
+                r.requests
+            );
+        } else {
+            assert!(
+                n("list") >= kinds as u64 && n("watch_list") == 0,
+                "{name} did not sync by LIST+WATCH: requests {:?}",
+                r.requests
+            );
+        }
+    }
+}
