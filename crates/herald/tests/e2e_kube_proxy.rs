@@ -62,28 +62,7 @@ fn face_addr(herald: &Herald) -> std::net::SocketAddr {
 /// its full iptables restore and nftables transaction.
 fn simulated_service_chains(sim: &Sim, node: &str, mode: Mode) -> Vec<String> {
     let input = kube_proxy::proxy_input(sim, node);
-    let sets = herald_simulate::sync::Rulesets::of(&input);
-    let mut names: Vec<String> = match mode {
-        Mode::Iptables => sets
-            .iptables_full
-            .text
-            .lines()
-            .filter_map(|l| l.strip_prefix(':'))
-            .filter(|l| l.starts_with("KUBE-SVC-"))
-            .map(|l| l.split(' ').next().unwrap_or("").to_string())
-            .collect(),
-        Mode::Nftables => sets
-            .nft_full
-            .text
-            .lines()
-            .filter_map(|l| l.strip_prefix("add chain ip kube-proxy "))
-            .filter(|n| n.starts_with("service-"))
-            .map(str::to_string)
-            .collect(),
-    };
-    names.sort();
-    names.dedup();
-    names
+    kube_proxy::simulated_chains(&herald_simulate::sync::Rulesets::of(&input), mode)
 }
 
 /// Waits until the two namespaces hold equal rulesets whose Service chains are `want()`'s (read

@@ -513,7 +513,15 @@ pub async fn simulated_service_chains(cp: &ControlPlane, node: &str, mode: Mode)
     .flat_map(|c| c["spec"]["cidrs"].as_array().cloned().unwrap_or_default())
     .filter_map(|c| c.as_str().filter(|c| !c.contains(':')).map(str::to_string))
     .collect();
-    let sets = herald_simulate::sync::Rulesets::of(&input);
+    simulated_chains(&herald_simulate::sync::Rulesets::of(&input), mode)
+}
+
+pub fn pod_cidr() -> String {
+    ClusterSpec::small().pod_cidr.to_string()
+}
+
+/// The Service chains of `sets`' full iptables restore or nftables transaction, sorted.
+pub fn simulated_chains(sets: &herald_simulate::sync::Rulesets, mode: Mode) -> Vec<String> {
     let mut names: Vec<String> = match mode {
         Mode::Iptables => sets
             .iptables_full
@@ -535,8 +543,4 @@ pub async fn simulated_service_chains(cp: &ControlPlane, node: &str, mode: Mode)
     names.sort();
     names.dedup();
     names
-}
-
-pub fn pod_cidr() -> String {
-    ClusterSpec::small().pod_cidr.to_string()
 }
